@@ -1,0 +1,38 @@
+"""autotune_cache: deterministic, reviewable GPU kernel autotuning caches for test suites."""
+
+from autotune_cache.cache import Cache, configure, get_cache
+from autotune_cache.errors import (
+    AutotuneCacheError,
+    CacheDirError,
+    CorruptFileError,
+    DumpShardingError,
+    FlagError,
+    MissingResultError,
+    PathPrefixError,
+    VersionMismatchError,
+)
+from autotune_cache.flags import Settings, parse_flags
+from autotune_cache.key import CacheKey, Device
+from autotune_cache.proto import autotune_results_pb2 as entry_pb2
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutotuneCacheError",
+    "Cache",
+    "CacheDirError",
+    "CacheKey",
+    "CorruptFileError",
+    "Device",
+    "DumpShardingError",
+    "FlagError",
+    "MissingResultError",
+    "PathPrefixError",
+    "Settings",
+    "VersionMismatchError",
+    "__version__",
+    "configure",
+    "entry_pb2",
+    "get_cache",
+    "parse_flags",
+]

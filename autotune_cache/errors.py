@@ -1,0 +1,35 @@
+"""Exception types raised by autotune_cache; every message names the file, flag or key at fault."""
+
+from __future__ import annotations
+
+
+class AutotuneCacheError(Exception):
+    """Base class of every error autotune_cache raises on purpose."""
+
+
+class FlagError(AutotuneCacheError, ValueError):
+    """An AUTOTUNE_FLAGS flag is unknown or has a malformed value."""
+
+
+class PathPrefixError(AutotuneCacheError, ValueError):
+    """A TEST_UNDECLARED_OUTPUTS_DIR/ or TEST_WORKSPACE/ path prefix cannot be resolved."""
+
+
+class CorruptFileError(AutotuneCacheError):
+    """A results file or cache entry cannot be parsed, or is too large to read."""
+
+
+class VersionMismatchError(CorruptFileError):
+    """A results file was written with a schema version this reader does not read."""
+
+
+class CacheDirError(AutotuneCacheError, OSError):
+    """The cache directory cannot be created or written."""
+
+
+class MissingResultError(AutotuneCacheError, LookupError):
+    """A lookup missed under --require_complete_autotune_results."""
+
+
+class DumpShardingError(AutotuneCacheError):
+    """A dump run was sharded, so no process would see every result."""

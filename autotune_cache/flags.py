@@ -1,0 +1,173 @@
+"""AUTOTUNE_FLAGS parsing (in the style of XLA_FLAGS) and Bazel test path prefixes."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from autotune_cache.errors import FlagError, PathPrefixError
+
+ENV_VAR = "AUTOTUNE_FLAGS"
+REGEN_HINT_ENV = "AUTOTUNE_REGEN_HINT"
+
+OUTPUTS_PREFIX = "TEST_UNDECLARED_OUTPUTS_DIR/"
+WORKSPACE_PREFIX = "TEST_WORKSPACE/"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved autotune configuration; build it from flags or directly from Python."""
+
+    cache_dir: Path | None = None
+    cache_mode: str = "update"
+    load_from: tuple[Path, ...] = ()
+    dump_to: Path | None = None
+    require_complete: bool = False
+    compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    def __post_init__(self) -> None:
+        if self.cache_mode not in ("update", "read"):
+            raise FlagError(
+                f"--autotune_cache_mode={self.cache_mode}: must be 'update' or 'read'.\n"
+                + valid_flags_text()
+            )
+        if self.compile_workers < 1:
+            raise FlagError(f"--autotune_compile_workers={self.compile_workers}: must be >= 1")
+
+    @property
+    def active(self) -> bool:
+        """Whether any flag asks for persistence at all."""
+        return bool(self.cache_dir or self.load_from or self.dump_to or self.require_complete)
+
+
+def resolve_path(value: str, flag: str, env: Mapping[str, str], *, create_parent: bool) -> Path:
+    """Resolve a flag's path, expanding the TEST_UNDECLARED_OUTPUTS_DIR/ and TEST_WORKSPACE/
+    prefixes as XLA does; `create_parent` makes the outputs directory when it is missing."""
+    if value.startswith(OUTPUTS_PREFIX):
+        base = env.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if not base:
+            raise PathPrefixError(
+                f"--{flag}={value}: the TEST_UNDECLARED_OUTPUTS_DIR/ prefix needs the "
+                "TEST_UNDECLARED_OUTPUTS_DIR environment variable, which `bazel test` sets. "
+                "Outside Bazel, give a plain path."
+            )
+        if create_parent:
+            try:
+                Path(base).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise PathPrefixError(
+                    f"--{flag}={value}: cannot create TEST_UNDECLARED_OUTPUTS_DIR={base} "
+                    f"({e.strerror})"
+                ) from e
+        return Path(base) / value[len(OUTPUTS_PREFIX):]
+    if value.startswith(WORKSPACE_PREFIX):
+        srcdir, workspace = env.get("TEST_SRCDIR"), env.get("TEST_WORKSPACE")
+        if not srcdir or not workspace:
+            missing = " and ".join(
+                n for n, v in (("TEST_SRCDIR", srcdir), ("TEST_WORKSPACE", workspace)) if not v
+            )
+            raise PathPrefixError(
+                f"--{flag}={value}: the TEST_WORKSPACE/ prefix needs {missing}, which "
+                "`bazel test` sets. Outside Bazel, give a plain path."
+            )
+        return Path(srcdir) / workspace / value[len(WORKSPACE_PREFIX):]
+    if not value:
+        raise FlagError(f"--{flag}= needs a path.\n" + valid_flags_text())
+    return Path(value)
+
+
+def _parse_bool(flag: str, value: str | None) -> bool:
+    if value is None or value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise FlagError(f"--{flag}={value}: expected true or false.\n" + valid_flags_text())
+
+
+def _parse_int(flag: str, value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise FlagError(
+            f"--{flag}={value}: expected a whole number.\n" + valid_flags_text()
+        ) from None
+
+
+def _need(flag: str, value: str | None) -> str:
+    if value is None:
+        raise FlagError(f"--{flag} needs a value: --{flag}=VALUE.\n" + valid_flags_text())
+    return value
+
+
+@dataclass(frozen=True)
+class _Flag:
+    name: str
+    field: str
+    help: str
+    parse: Callable[[str, str | None, Mapping[str, str]], object]
+
+
+FLAGS: tuple[_Flag, ...] = (
+    _Flag("autotune_cache_dir", "cache_dir", "DIR  per-kernel cache directory",
+          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
+    _Flag("autotune_cache_mode", "cache_mode", "update|read  read never writes the directory",
+          lambda f, v, env: _need(f, v)),
+    _Flag("load_autotune_results_from", "load_from", "PATH[,PATH...]  results files to load",
+          lambda f, v, env: tuple(
+              resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(",") if p)),
+    _Flag("dump_autotune_results_to", "dump_to", "PATH  write every entry used or produced",
+          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
+    _Flag("require_complete_autotune_results", "require_complete",
+          "[=true|false]  a miss is an error instead of a re-tune",
+          lambda f, v, env: _parse_bool(f, v)),
+    _Flag("autotune_compile_workers", "compile_workers",
+          "N  parallel compile workers (default: CPU count)",
+          lambda f, v, env: _parse_int(f, v)),
+)
+_BY_NAME = {f.name: f for f in FLAGS}
+assert {f.field for f in FLAGS} == {f.name for f in fields(Settings)}
+
+
+def valid_flags_text() -> str:
+    """The list of valid flags, for error messages."""
+    lines = [f"Valid {ENV_VAR} flags:"]
+    lines += [f"  --{f.name}={f.help}" if "[" not in f.help[:1] else f"  --{f.name}{f.help}"
+              for f in FLAGS]
+    return "\n".join(lines)
+
+
+def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from an AUTOTUNE_FLAGS string; bad flags raise FlagError listing valid ones."""
+    env = os.environ if env is None else env
+    try:
+        tokens = shlex.split(text)
+    except ValueError as e:
+        raise FlagError(f"{ENV_VAR}={text!r}: cannot split into flags ({e})") from None
+    values: dict[str, object] = {}
+    for token in tokens:
+        if not token.startswith("--"):
+            raise FlagError(
+                f"{ENV_VAR}: {token!r} is not a flag; flags look like --name=value.\n"
+                + valid_flags_text()
+            )
+        name, eq, value = token[2:].partition("=")
+        flag = _BY_NAME.get(name)
+        if flag is None:
+            raise FlagError(f"{ENV_VAR}: unknown flag --{name}.\n" + valid_flags_text())
+        values[flag.field] = flag.parse(name, value if eq else None, env)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the AUTOTUNE_FLAGS environment variable (empty when unset)."""
+    env = os.environ if env is None else env
+    return parse_flags(env.get(ENV_VAR, ""), env)
+
+
+def regen_hint(env: Mapping[str, str] | None = None) -> str:
+    """The command that regenerates the cache, as the Bazel macro sets it."""
+    env = os.environ if env is None else env
+    return env.get(REGEN_HINT_ENV, "").strip()

@@ -1,0 +1,113 @@
+"""Results files: text or binary protobuf chosen by extension, versioned, deterministic, capped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from google.protobuf import message, text_format
+
+from autotune_cache.atomic import write_atomic
+from autotune_cache.errors import CorruptFileError, VersionMismatchError
+from autotune_cache.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+
+# The schema version this library reads and writes (AutotuneResultsFile.version).
+FORMAT_VERSION = 1
+
+# Extensions that mean text format, as in XLA; every other extension is binary.
+TEXT_EXTENSIONS = frozenset({".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt"})
+
+# Reads larger than this are refused, so a hostile or runaway file cannot exhaust memory.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+def is_text_path(path: Path | str) -> bool:
+    """Whether a path's extension selects text format."""
+    return Path(path).suffix.lower() in TEXT_EXTENSIONS
+
+
+def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """Read a whole file, refusing files larger than `limit` bytes."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CorruptFileError(
+            f"{path}: larger than the {limit // (1024 * 1024)} MiB limit for autotune results; "
+            "is this really a results file? Split it or prune it with `autotune-cache prune`."
+        )
+    return data
+
+
+def parse_results(
+    data: bytes, path: Path | str, *, text: bool | None = None
+) -> pb.AutotuneResultsFile:
+    """Parse results-file bytes, checking the schema version; `path` is named in errors."""
+    text = is_text_path(path) if text is None else text
+    msg = pb.AutotuneResultsFile()
+    kind = "text" if text else "binary"
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), msg)
+        else:
+            msg.ParseFromString(data)
+    except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
+        hint = ""
+        if not text and data[:1].isalpha():
+            hint = " (it looks like text: use a .textproto extension)"
+        raise CorruptFileError(
+            f"{path}: not a valid {kind}-format autotune results file{hint}: {e}. "
+            "Regenerate it, or check it with `autotune-cache verify`."
+        ) from e
+    if msg.version != FORMAT_VERSION:
+        raise VersionMismatchError(
+            f"{path}: results file has version {msg.version}, but this autotune_cache reads "
+            f"version {FORMAT_VERSION}. Regenerate the file with this version, or use the "
+            "autotune_cache release that wrote it."
+        )
+    for i, entry in enumerate(msg.entries):
+        if not entry.key.kernel:
+            raise CorruptFileError(f"{path}: entry {i} has no key.kernel; the file is damaged.")
+    return msg
+
+
+def load_results(path: Path | str) -> list[pb.Entry]:
+    """All entries of one results file."""
+    path = Path(path)
+    try:
+        data = read_capped(path)
+    except FileNotFoundError as e:
+        raise CorruptFileError(
+            f"{path}: autotune results file does not exist. Generate it with the dump flag "
+            "(--dump_autotune_results_to) or your regen command, or fix the path."
+        ) from e
+    except IsADirectoryError as e:
+        raise CorruptFileError(
+            f"{path}: is a directory; pass a results file, or use --autotune_cache_dir for a "
+            "cache directory."
+        ) from e
+    return list(parse_results(data, path).entries)
+
+
+def sorted_unique(entries: Iterable[pb.Entry]) -> list[pb.Entry]:
+    """Entries deduplicated by key (the last wins) and sorted by key."""
+    by_digest: dict[str, tuple[CacheKey, pb.Entry]] = {}
+    for entry in entries:
+        key = CacheKey.from_proto(entry.key)
+        by_digest[key.digest()] = (key, entry)
+    return [e for _, e in sorted(by_digest.values(), key=lambda ke: ke[0].sort_key())]
+
+
+def serialize_results(entries: Iterable[pb.Entry], *, text: bool) -> bytes:
+    """Deterministic bytes of a results file holding `entries`."""
+    msg = pb.AutotuneResultsFile(version=FORMAT_VERSION, entries=sorted_unique(entries))
+    if text:
+        return text_format.MessageToString(msg).encode("utf-8")
+    return msg.SerializeToString(deterministic=True)
+
+
+def save_results(path: Path | str, entries: Iterable[pb.Entry]) -> None:
+    """Write a results file atomically, in the format its extension selects."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, serialize_results(entries, text=is_text_path(path)))

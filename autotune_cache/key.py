@@ -1,0 +1,169 @@
+"""The cache key: what a tuned result depends on, in a canonical, hashable form."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from autotune_cache.proto import autotune_results_pb2 as pb
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    """The device a result was measured on."""
+
+    name: str
+    arch: str = ""
+    sm_count: int = 0
+
+    def __str__(self) -> str:
+        parts = [self.name]
+        if self.arch:
+            parts.append(self.arch)
+        if self.sm_count:
+            parts.append(f"{self.sm_count} SMs")
+        return " / ".join(parts)
+
+    def to_proto(self) -> pb.Device:
+        return pb.Device(name=self.name, arch=self.arch, sm_count=self.sm_count)
+
+    @classmethod
+    def from_proto(cls, msg: pb.Device) -> Device:
+        return cls(name=msg.name, arch=msg.arch, sm_count=msg.sm_count)
+
+
+def _canonical_value(value: object) -> str:
+    """Render one problem value so that equal problems always render equally."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_canonical_value(v) for v in value) + ")"
+    text = str(value)
+    if any(c in text for c in ",="):
+        raise ValueError(f"problem value {text!r} must not contain ',' or '='")
+    return text
+
+
+def canonical_problem(problem: Mapping[str, object] | str) -> str:
+    """The canonical text of a problem key: name=value pairs sorted by name, comma-joined."""
+    if isinstance(problem, str):
+        return problem
+    for name in problem:
+        if not name or any(c in name for c in ",=") or name != name.strip():
+            raise ValueError(f"problem key name {name!r} must be non-empty and free of ',' '='")
+    return ",".join(f"{name}={_canonical_value(problem[name])}" for name in sorted(problem))
+
+
+def canonical_toolchain(toolchain: Mapping[str, str] | tuple[tuple[str, str], ...]) -> tuple:
+    """Toolchain versions as a sorted tuple of (name, version) pairs."""
+    items = toolchain.items() if isinstance(toolchain, Mapping) else toolchain
+    return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything that decides whether a tuned result is still valid."""
+
+    kernel: str
+    source_fingerprint: str
+    configs_fingerprint: str
+    problem: str
+    device: Device
+    toolchain: tuple[tuple[str, str], ...] = field(default=())
+
+    def __init__(
+        self,
+        kernel: str,
+        source_fingerprint: str,
+        configs_fingerprint: str,
+        problem: Mapping[str, object] | str,
+        device: Device,
+        toolchain: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        if not kernel:
+            raise ValueError("cache key needs a kernel name")
+        object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "source_fingerprint", source_fingerprint)
+        object.__setattr__(self, "configs_fingerprint", configs_fingerprint)
+        object.__setattr__(self, "problem", canonical_problem(problem))
+        object.__setattr__(self, "device", device)
+        object.__setattr__(self, "toolchain", canonical_toolchain(toolchain))
+
+    @property
+    def problem_str(self) -> str:
+        return self.problem
+
+    @property
+    def toolchain_str(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.toolchain)
+
+    def sort_key(self) -> tuple:
+        """Order used for every file we write, so output is deterministic."""
+        return (
+            self.kernel,
+            self.problem,
+            self.device.name,
+            self.device.arch,
+            self.device.sm_count,
+            self.toolchain,
+            self.source_fingerprint,
+            self.configs_fingerprint,
+        )
+
+    def to_proto(self) -> pb.Key:
+        return pb.Key(
+            kernel=self.kernel,
+            source_fingerprint=self.source_fingerprint,
+            configs_fingerprint=self.configs_fingerprint,
+            problem=self.problem,
+            device=self.device.to_proto(),
+            toolchain=[pb.Version(name=k, version=v) for k, v in self.toolchain],
+        )
+
+    @classmethod
+    def from_proto(cls, msg: pb.Key) -> CacheKey:
+        return cls(
+            kernel=msg.kernel,
+            source_fingerprint=msg.source_fingerprint,
+            configs_fingerprint=msg.configs_fingerprint,
+            problem=msg.problem,
+            device=Device.from_proto(msg.device),
+            toolchain=tuple((v.name, v.version) for v in msg.toolchain),
+        )
+
+    def digest(self) -> str:
+        """Stable hex SHA-256 of the key; the cache-directory file name."""
+        fields = [
+            self.kernel,
+            self.source_fingerprint,
+            self.configs_fingerprint,
+            self.problem,
+            self.device.name,
+            self.device.arch,
+            str(self.device.sm_count),
+            self.toolchain_str,
+        ]
+        return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()
+
+    def describe(self) -> str:
+        """One line naming the kernel, problem, device and toolchain, for messages."""
+        return (
+            f"kernel {self.kernel!r}, problem [{self.problem}], device [{self.device}], "
+            f"toolchain [{self.toolchain_str}]"
+        )
+
+    def stale_reasons(self, other: CacheKey) -> list[str]:
+        """What differs between this key and a near-miss entry's key, in words."""
+        reasons = []
+        if other.device != self.device:
+            reasons.append(f"device [{other.device}] != [{self.device}]")
+        if other.toolchain != self.toolchain:
+            reasons.append(f"toolchain [{other.toolchain_str}] != [{self.toolchain_str}]")
+        if other.source_fingerprint != self.source_fingerprint:
+            reasons.append("kernel source changed")
+        if other.configs_fingerprint != self.configs_fingerprint:
+            reasons.append("candidate configs changed")
+        return reasons

@@ -1,0 +1,83 @@
+"""Counters of what the cache did, the exit summary line and the JSON test report."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPORT_NAME = "autotune_report.json"
+
+
+@dataclass
+class Stats:
+    """Hits, misses, stale entries and tuning time, for one process."""
+
+    hits: int = 0
+    misses: int = 0
+    stale: int = 0
+    tuned: int = 0
+    benchmarks: int = 0
+    tuning_seconds: float = 0.0
+    saved_seconds: float = 0.0
+    stale_keys: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def hit(self, saved_seconds: float) -> None:
+        with self._lock:
+            self.hits += 1
+            self.saved_seconds += saved_seconds
+
+    def miss(self, stale_description: str | None = None) -> None:
+        with self._lock:
+            self.misses += 1
+            if stale_description is not None:
+                self.stale += 1
+                self.stale_keys.append(stale_description)
+
+    def tuning_done(self, seconds: float, benchmarks: int) -> None:
+        with self._lock:
+            self.tuned += 1
+            self.tuning_seconds += seconds
+            self.benchmarks += benchmarks
+
+    @property
+    def anything_happened(self) -> bool:
+        return bool(self.hits or self.misses or self.tuned)
+
+    def summary_line(self) -> str:
+        line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
+                f"{self.benchmarks} benchmarks, saved ~{self.saved_seconds:.1f} s of tuning")
+        if self.tuned:
+            line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
+        return line
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("_lock")
+        data["tuning_seconds"] = round(self.tuning_seconds, 6)
+        data["saved_seconds"] = round(self.saved_seconds, 6)
+        return data
+
+    def write_report(self, directory: Path) -> Path:
+        """Write autotune_report.json into `directory` (the test's undeclared outputs)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / REPORT_NAME
+        path.write_text(json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n")
+        return path
+
+    def report_at_exit(self) -> None:
+        """Print the summary to stderr and write the Bazel report, if anything happened."""
+        if not self.anything_happened:
+            return
+        print(self.summary_line(), file=sys.stderr, flush=True)
+        outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if outputs:
+            try:
+                self.write_report(Path(outputs))
+            except OSError as e:
+                print(f"autotune_cache: could not write {REPORT_NAME} to {outputs}: {e}",
+                      file=sys.stderr)
