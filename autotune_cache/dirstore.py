@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
@@ -22,14 +21,6 @@ MAX_ENTRY_BYTES = 4 * 1024 * 1024
 # Temp files older than this belong to a killed writer and are removed by prune().
 STALE_TEMP_SECONDS = 600.0
 LOCK_DIR = ".locks"
-
-
-@dataclass
-class PruneReport:
-    """What a prune removed (or would remove, in a dry run)."""
-
-    entries: list[Path]
-    temp_files: list[Path]
 
 
 class DirectoryStore:
