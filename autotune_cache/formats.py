@@ -27,13 +27,14 @@ def is_text_path(path: Path | str) -> bool:
     return Path(path).suffix.lower() in TEXT_EXTENSIONS
 
 
-def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """Read a whole file, refusing files larger than `limit` bytes."""
+def read_capped(path: Path, limit: int | None = None) -> bytes:
+    """Read a whole file, refusing files larger than `limit` (default MAX_FILE_BYTES) bytes."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise CorruptFileError(
-            f"{path}: larger than the {limit // (1024 * 1024)} MiB limit for autotune results; "
+            f"{path}: larger than the {limit:,}-byte limit for autotune results; "
             "is this really a results file? Split it or prune it with `autotune-cache prune`."
         )
     return data

@@ -1,0 +1,86 @@
+"""The cache directory: self-describing files, atomic writes, damage tolerance, umask modes."""
+
+import logging
+import os
+import stat
+import time
+
+import pytest
+
+from autotune_cache import CacheDirError, CacheKey
+from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.formats import load_results
+from tests.cachetools import fake_tune, make_key
+
+
+def test_put_then_get(tmp_path):
+    store = DirectoryStore(tmp_path / "new" / "dir")
+    entry = fake_tune(make_key())
+    path = store.put(entry)
+    assert path.name == f"{make_key().digest()}.textproto"
+    assert store.get(make_key()) == entry
+    # The file carries its own key: it can be read without recomputing any hash.
+    (on_disk,) = load_results(path)
+    assert CacheKey.from_proto(on_disk.key) == make_key()
+
+
+def test_missing_key_is_none(tmp_path):
+    assert DirectoryStore(tmp_path).get(make_key()) is None
+
+
+@pytest.mark.parametrize("content", [b"garbage {{{", b"", b"\x00\xff\x10binary", b"version: 9\n"])
+def test_damaged_entry_warns_and_misses(tmp_path, caplog, content):
+    store = DirectoryStore(tmp_path)
+    store.path_for(make_key()).write_bytes(content)
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        assert store.get(make_key()) is None
+    assert store.path_for(make_key()).name in caplog.text
+    store.put(fake_tune(make_key()))
+    assert store.get(make_key()) is not None
+
+
+def test_entry_under_a_foreign_name_is_ignored(tmp_path, caplog):
+    store = DirectoryStore(tmp_path)
+    other = store.put(fake_tune(make_key(kernel="other")))
+    other.rename(store.path_for(make_key()))
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        assert store.get(make_key()) is None
+    assert "different key" in caplog.text
+
+
+def test_temp_files_are_ignored_and_found_for_pruning(tmp_path):
+    store = DirectoryStore(tmp_path)
+    store.put(fake_tune(make_key()))
+    tmp = tmp_path / ".tmp-abc.textproto.123.dead"
+    tmp.write_text("version: 1\nentries { key { kern")
+    assert len(store.entries()) == 1
+    assert store.temp_files() == []
+    old = time.time() - 3600
+    os.utime(tmp, (old, old))
+    assert store.temp_files() == [tmp]
+
+
+def test_uncreatable_directory_is_a_clear_error(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(CacheDirError, match="cannot create the cache directory"):
+        DirectoryStore(tmp_path / "f" / "cache")
+
+
+def test_file_modes_follow_umask(tmp_path):
+    old = os.umask(0o002)
+    try:
+        path = DirectoryStore(tmp_path).put(fake_tune(make_key()))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only directories")
+def test_unwritable_directory_is_a_clear_error(tmp_path):
+    store = DirectoryStore(tmp_path)
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(CacheDirError, match="cannot write"):
+            store.put(fake_tune(make_key()))
+    finally:
+        tmp_path.chmod(0o755)
