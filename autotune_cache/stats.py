@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 REPORT_NAME = "autotune_report.json"
@@ -56,8 +56,8 @@ class Stats:
         return line
 
     def as_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("_lock")
+        data = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+        data["stale_keys"] = list(self.stale_keys)
         data["tuning_seconds"] = round(self.tuning_seconds, 6)
         data["saved_seconds"] = round(self.saved_seconds, 6)
         return data
