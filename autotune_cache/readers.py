@@ -158,10 +158,10 @@ def formats() -> list[Format]:
     """Every registered format, ours first."""
     found: list[Format] = [OurFormat()]
     try:
-        from autotune_cache import xla
+        from autotune_cache.xla import formats as xla_formats
     except ImportError:
         return found
-    return found + list(xla.formats())
+    return found + list(xla_formats())
 
 
 def load_any(path: Path | str) -> ResultSet:

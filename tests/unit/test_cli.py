@@ -1,0 +1,127 @@
+"""The autotune-cache command line, end to end on files the library writes."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotune_cache.cli import main
+from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.formats import load_results, save_results
+from tests.cachetools import CPU, fake_tune, make_key
+
+H200_ENTRIES = [fake_tune(make_key(problem={"M": m})) for m in (1, 2)]
+CPU_ENTRY = fake_tune(make_key(device=CPU, toolchain={"triton": "3.5.0"}))
+
+
+@pytest.fixture
+def cache_file(tmp_path):
+    path = tmp_path / "c.textproto"
+    save_results(path, [*H200_ENTRIES, CPU_ENTRY])
+    return path
+
+
+def test_inspect_table(cache_file, capsys):
+    assert main(["inspect", str(cache_file)]) == 0
+    out = capsys.readouterr().out
+    assert "3 entries" in out and "BLOCK=64 warps=4 stages=3" in out
+    assert "2  NVIDIA H200 / sm_90 / 132 SMs" in out and "1  triton=3.5.0" in out
+
+
+def test_inspect_json(cache_file, capsys):
+    assert main(["inspect", "--json", str(cache_file)]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["format"] == "autotune_cache" and len(report["entries"]) == 3
+    assert report["per_device"]["cpu-interpreter / interpreter"] == 1
+
+
+@pytest.mark.parametrize("chain", [["b.pb", "c.textproto"], ["dir/", "b.binpb", "d.txt"]])
+def test_convert_round_trips_through_every_form(cache_file, tmp_path, chain):
+    src = cache_file
+    for name in chain:
+        dst = tmp_path / name
+        assert main(["convert", str(src), str(dst)]) == 0
+        src = dst
+    assert main(["diff", str(cache_file), str(src)]) == 0
+    if chain[-1].endswith(".textproto"):
+        assert src.read_bytes() == cache_file.read_bytes()
+
+
+def test_diff_reports_added_removed_changed(tmp_path, capsys):
+    a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    save_results(a, H200_ENTRIES)
+    changed = fake_tune(make_key(problem={"M": 1}))
+    changed.result.time_ms = 99.0
+    save_results(b, [changed, CPU_ENTRY])
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "1 added, 1 removed, 1 changed" in out
+    assert "timing 1 -> 99 ms" in out
+
+
+def test_merge_conflict_policies(tmp_path, capsys):
+    key = make_key()
+    slow_new, fast_old = fake_tune(key), fake_tune(key)
+    slow_new.result.time_ms, slow_new.result.tuned_at = 5.0, "2026-11-29T12:00:00Z"
+    fast_old.result.time_ms, fast_old.result.tuned_at = 1.0, "2026-01-01T00:00:00Z"
+    a, b = tmp_path / "a.textproto", tmp_path / "b.pb"
+    save_results(a, [fast_old, CPU_ENTRY])
+    save_results(b, [slow_new])
+    out = tmp_path / "m.textproto"
+    assert main(["merge", str(a), str(b), "-o", str(out)]) == 1
+    assert "conflicting entries" in capsys.readouterr().err
+    assert main(["merge", str(a), str(b), "-o", str(out), "--on-conflict=newest"]) == 0
+    times = {e.key.device.name: e.result.time_ms for e in load_results(out)}
+    assert times == {"NVIDIA H200": 5.0, "cpu-interpreter": 1.0}
+    assert main(["merge", str(b), str(a), "-o", str(out), "--on-conflict=fastest"]) == 0
+    assert {e.result.time_ms for e in load_results(out) if e.key.device.name != "cpu-interpreter"
+            } == {1.0}
+
+
+def test_prune_file_by_device_and_toolchain(cache_file, capsys):
+    assert main(["prune", str(cache_file), "--keep-device=H200", "--dry-run"]) == 0
+    assert len(load_results(cache_file)) == 3
+    assert "would remove matmul" in capsys.readouterr().out
+    assert main(["prune", str(cache_file), "--keep-toolchain=triton=3.6.0"]) == 0
+    assert {e.key.device.name for e in load_results(cache_file)} == {"NVIDIA H200"}
+
+
+def test_prune_directory_by_age_and_temp_files(tmp_path):
+    store = DirectoryStore(tmp_path / "d")
+    old = fake_tune(make_key(problem={"M": 9}))
+    old.result.tuned_at = "2020-01-01T00:00:00Z"
+    for e in (*H200_ENTRIES, old):
+        store.put(e)
+    tmp = store.root / ".tmp-x.textproto.1.abcd"
+    tmp.write_text("partial")
+    os.utime(tmp, (time.time() - 7200,) * 2)
+    assert main(["prune", str(store.root), "--older-than=30d"]) == 0
+    assert len(store.entries()) == 2 and not tmp.exists()
+
+
+def test_verify(cache_file, tmp_path, capsys):
+    assert main(["verify", str(cache_file)]) == 0
+    store = DirectoryStore(tmp_path / "d")
+    store.put(H200_ENTRIES[0])
+    (store.root / ("0" * 64 + ".textproto")).write_text("version: 1\nentries { key {")
+    bad_version = tmp_path / "v.textproto"
+    bad_version.write_text("version: 2\n")
+    assert main(["verify", str(store.root), str(bad_version)]) == 1
+    out = capsys.readouterr().out
+    assert "0000000000" in out and "version 2" in out
+
+
+def test_inspect_unknown_file_is_a_clear_error(tmp_path, capsys):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\xff\xfe junk")
+    assert main(["inspect", str(junk)]) == 2
+    assert "junk.bin" in capsys.readouterr().err
+
+
+def test_python_dash_m_entry_point(cache_file):
+    out = subprocess.run([sys.executable, "-m", "autotune_cache", "verify", str(cache_file)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "ok" in out and "3 entries" in out
