@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Developer entry point: `tools/dev.sh setup|test|demo|lint`.
+# setup  installs everything the project needs on a fresh Debian/Ubuntu machine (idempotent):
+#        Bazel 4.2.3 (Debian bazel-bootstrap) and zip for the integration tests, a virtualenv
+#        with the package and its extras, and buildifier from npm.
+# test   runs lint and the whole test suite (unit, Triton, stress, fuzz, real-Bazel integration).
+# demo   tunes the example kernels, dumps a cache, reloads it and prints hit statistics.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${AUTOTUNE_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+TOOLS="$ROOT/.tools"
+export PATH="$TOOLS/node_modules/.bin:$PATH"
+
+log() { printf '\033[1m[dev.sh] %s\033[0m\n' "$*" >&2; }
+
+apt_install() {
+  local missing=()
+  command -v bazel-4 >/dev/null 2>&1 || missing+=(bazel-bootstrap)
+  command -v zip >/dev/null 2>&1 || missing+=(zip)
+  command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]} with apt-get"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+setup() {
+  apt_install
+  if [ ! -x "$PY" ]; then
+    log "creating virtualenv $VENV"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$PY" -c "import autotune_cache, torch, triton, jax, pytest, filelock" 2>/dev/null \
+      || [ "$ROOT/pyproject.toml" -nt "$VENV/.installed" ]; then
+    log "installing Python packages"
+    "$PY" -m pip install -q --upgrade pip
+    # The CPU wheel of torch; an unpinned torch would pull a multi-GB CUDA build.
+    "$PY" -m pip install -q "torch==2.13.0"
+    "$PY" -m pip install -q -e "$ROOT[triton,jax,test]"
+    # grpcio-tools 1.62.3 writes protobuf-4.25 gencode, which every runtime from 4.25 to 7.x
+    # loads (GPU images ship older protobuf than PyPI). --no-deps keeps our newer protobuf.
+    "$PY" -m pip install -q grpcio
+    "$PY" -m pip install -q --no-deps "grpcio-tools==1.62.3"
+    touch "$VENV/.installed"
+  fi
+  if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
+    log "installing buildifier from npm"
+    npm install --silent --prefix "$TOOLS" @bazel/buildifier >/dev/null
+  fi
+}
+
+lint() {
+  "$PY" -m ruff check "$ROOT"
+  mapfile -t starlark < <(cd "$ROOT" && git ls-files --cached --others --exclude-standard \
+    '*.bzl' '*.bazel' 'WORKSPACE' '*/WORKSPACE' 'MODULE.bazel' | sort -u)
+  if [ ${#starlark[@]} -gt 0 ]; then
+    (cd "$ROOT" && buildifier -mode=check -lint=warn "${starlark[@]}")
+  fi
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  lint) setup; lint ;;
+  test)
+    setup
+    lint
+    cd "$ROOT"
+    log "running the test suite"
+    "$PY" -m pytest -ra "$@"
+    ;;
+  demo)
+    setup
+    cd "$ROOT"
+    "$PY" tools/demo.py "$@"
+    ;;
+  *)
+    echo "usage: tools/dev.sh setup|test|demo|lint [args...]" >&2
+    exit 2
+    ;;
+esac
