@@ -210,3 +210,35 @@ def test_process_cache_from_environment(tmp_path, monkeypatch):
     assert get_cache() is cache and cache.store is not None
     configure(Settings())
     assert get_cache().store is None
+
+
+@pytest.mark.parametrize("in_file", [False, True], ids=["no-file", "file"])
+@pytest.mark.parametrize("in_dir", [False, True], ids=["no-dir", "dir"])
+@pytest.mark.parametrize("mode", ["update", "read"])
+@pytest.mark.parametrize("dump", [False, True], ids=["no-dump", "dump"])
+def test_every_combination_of_tiers(tmp_path, in_file, in_dir, mode, dump):
+    """Where a result lives decides hit or miss; where a new one goes follows mode and dump."""
+    cache_dir = tmp_path / "d"
+    if in_dir:
+        Cache(Settings(cache_dir=cache_dir)).record(fake_tune(KEY, tuning_seconds=3.0))
+    loaded = ()
+    if in_file:
+        loaded = (tmp_path / "c.pb",)
+        save_results(loaded[0], [fake_tune(KEY, tuning_seconds=3.0)])
+    dump_to = tmp_path / "dump.textproto" if dump else None
+    other = make_key(problem={"M": 7})
+    cache = Cache(Settings(cache_dir=cache_dir, cache_mode=mode, load_from=loaded,
+                           dump_to=dump_to))
+    tune_through(cache, KEY)
+    tune_through(cache, other)
+    assert cache.stats.hits == (1 if in_file or in_dir else 0)
+    assert cache.stats.misses == (1 if in_file or in_dir else 2)
+    assert cache.stats.saved_seconds == (3.0 if in_file or in_dir else 0.0)
+    files = {p.name for p in cache_dir.glob("*.textproto")}
+    assert (f"{other.digest()}.textproto" in files) == (mode == "update")
+    assert (f"{KEY.digest()}.textproto" in files) == (in_dir or mode == "update")
+    # Memory now serves both keys, whatever tier they came from.
+    assert cache.lookup(KEY) is not None and cache.lookup(other) is not None
+    cache.close()
+    if dump:
+        assert {e.key.problem for e in load_results(dump_to)} == {KEY.problem, other.problem}
