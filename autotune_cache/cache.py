@@ -16,6 +16,7 @@ from autotune_cache.flags import Settings, regen_hint, settings_from_env
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.remote import RemoteStore
 from autotune_cache.stats import Stats
 
 log = logging.getLogger("autotune_cache")
@@ -60,7 +61,9 @@ class Cache:
                     log.debug("autotune_cache: %s overrides %s for %s",
                               path, self._loaded[digest].origin, key.describe())
                 self._loaded[digest] = Found(entry, key, str(path))
-        self.store = DirectoryStore(self.settings.cache_dir) if self.settings.cache_dir else None
+        settings = self.settings
+        self.store = DirectoryStore(settings.cache_dir) if settings.cache_dir else None
+        self.remote = RemoteStore(settings.remote_cache) if settings.remote_cache else None
 
     # ----- lookups -------------------------------------------------------------------------
 
@@ -71,6 +74,12 @@ class Cache:
             entry = self.store.get(key)
             if entry is not None:
                 found = Found(entry, key, str(self.store.path_for(key)))
+        if found is None and self.remote is not None:
+            entry = self.remote.get(key)
+            if entry is not None:
+                found = Found(entry, key, f"remote {self.remote.url}")
+                if self.store is not None and self.settings.cache_mode == "update":
+                    self.store.put(entry)  # keep a local copy for the next process
         return found
 
     def lookup(self, key: CacheKey) -> pb.Entry | None:
@@ -120,10 +129,22 @@ class Cache:
                     seen.add(key.digest())
                     yield Found(entry, key, str(path))
 
+    def _same_problem(self, kernel: str, problem: str) -> Iterator[Found]:
+        seen: set[str] = set()
+        for found in self._all_known():
+            if found.key.kernel == kernel and found.key.problem == problem:
+                seen.add(found.key.digest())
+                yield found
+        if self.remote is not None:
+            for entry in self.remote.same_problem(kernel, problem):
+                key = CacheKey.from_proto(entry.key)
+                if key.digest() not in seen:
+                    seen.add(key.digest())
+                    yield Found(entry, key, f"remote {self.remote.url}")
+
     def near_misses(self, key: CacheKey) -> list[Found]:
         """Entries for the same kernel and problem under another device, toolchain or source."""
-        return [f for f in self._all_known()
-                if f.key.kernel == key.kernel and f.key.problem == key.problem and f.key != key]
+        return [f for f in self._same_problem(key.kernel, key.problem) if f.key != key]
 
     def same_source(self, key: CacheKey) -> list[pb.Entry]:
         """Entries that differ from `key` only in the candidate list: reusable timings."""
@@ -136,6 +157,8 @@ class Cache:
         sources = [str(p) for p in self.settings.load_from]
         if self.settings.cache_dir:
             sources.append(f"cache dir {self.settings.cache_dir}")
+        if self.settings.remote_cache:
+            sources.append(f"remote {self.settings.remote_cache}")
         lines = [
             "autotune_cache: no tuned result for",
             f"  kernel:    {key.kernel}",
@@ -167,8 +190,11 @@ class Cache:
         with self._lock:
             self._memory[key.digest()] = Found(entry, key, "this process")
             self.stats.tuning_done(entry.result.tuning_seconds, benchmarks)
-            if self.store is not None and self.settings.cache_mode == "update":
-                self.store.put(entry)
+            if self.settings.cache_mode == "update":
+                if self.store is not None:
+                    self.store.put(entry)
+                if self.remote is not None:
+                    self.remote.put(entry)
             self._mark_used(entry)
             self.flush_dump()
 
@@ -194,10 +220,15 @@ class Cache:
 
     @contextlib.contextmanager
     def tune_lock(self, key: CacheKey, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[bool]:
-        """Hold the cross-process lock for tuning `key`; yields False when there is no directory
-        to share (nothing to lock), True once the lock is held."""
-        if self.store is None or self.settings.cache_mode == "read":
+        """Hold the cross-process lock for tuning `key` (the directory's, else the remote
+        server's); yields False when nothing is shared (nothing to lock), True once held."""
+        if self.settings.cache_mode == "read" or (self.store is None and self.remote is None):
             yield False
+            return
+        if self.store is None:
+            assert self.remote is not None
+            with self.remote.lock(key, timeout) as held:
+                yield held
             return
         try:
             from filelock import FileLock, Timeout

@@ -26,6 +26,7 @@ class Settings:
     load_from: tuple[Path, ...] = ()
     dump_to: Path | None = None
     require_complete: bool = False
+    remote_cache: str | None = None
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def __post_init__(self) -> None:
@@ -40,7 +41,8 @@ class Settings:
     @property
     def active(self) -> bool:
         """Whether any flag asks for persistence at all."""
-        return bool(self.cache_dir or self.load_from or self.dump_to or self.require_complete)
+        return bool(self.cache_dir or self.load_from or self.dump_to or self.require_complete
+                    or self.remote_cache)
 
 
 def resolve_path(value: str, flag: str, env: Mapping[str, str], *, create_parent: bool) -> Path:
@@ -123,6 +125,9 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("require_complete_autotune_results", "require_complete",
           "[=true|false]  a miss is an error instead of a re-tune",
           lambda f, v, env: _parse_bool(f, v)),
+    _Flag("autotune_remote_cache", "remote_cache",
+          "redis://HOST:PORT[/DB]  shared remote tier on a Redis server",
+          lambda f, v, env: _need(f, v)),
     _Flag("autotune_compile_workers", "compile_workers",
           "N  parallel compile workers (default: CPU count)",
           lambda f, v, env: _parse_int(f, v)),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Developer entry point: `tools/dev.sh setup|test|demo|lint`.
 # setup  installs everything the project needs on a fresh Debian/Ubuntu machine (idempotent):
-#        Bazel 4.2.3 (Debian bazel-bootstrap) and zip for the integration tests, a virtualenv
+#        Bazel 4.2.3 (Debian bazel-bootstrap) and zip for the integration tests, redis-server for
+#        the remote-tier tests, a virtualenv
 #        with the package and its extras, and buildifier from npm.
 # test   runs lint and the whole test suite (unit, Triton, stress, fuzz, real-Bazel integration).
 # demo   tunes the example kernels, dumps a cache, reloads it and prints hit statistics.
@@ -20,6 +21,7 @@ apt_install() {
   command -v bazel-4 >/dev/null 2>&1 || missing+=(bazel-bootstrap)
   command -v zip >/dev/null 2>&1 || missing+=(zip)
   command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} with apt-get"
   local sudo=""
@@ -34,13 +36,13 @@ setup() {
     log "creating virtualenv $VENV"
     python3 -m venv "$VENV"
   fi
-  if ! "$PY" -c "import autotune_cache, torch, triton, jax, pytest, filelock" 2>/dev/null \
+  if ! "$PY" -c "import autotune_cache, torch, triton, jax, pytest, filelock, redis" 2>/dev/null \
       || [ "$ROOT/pyproject.toml" -nt "$VENV/.installed" ]; then
     log "installing Python packages"
     "$PY" -m pip install -q --upgrade pip
     # The CPU wheel of torch; an unpinned torch would pull a multi-GB CUDA build.
     "$PY" -m pip install -q "torch==2.13.0"
-    "$PY" -m pip install -q -e "$ROOT[triton,jax,test]"
+    "$PY" -m pip install -q -e "$ROOT[triton,jax,redis,test]"
     # grpcio-tools 1.62.3 writes protobuf-4.25 gencode, which every runtime from 4.25 to 7.x
     # loads (GPU images ship older protobuf than PyPI). --no-deps keeps our newer protobuf.
     "$PY" -m pip install -q grpcio
