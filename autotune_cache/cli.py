@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.readers import ResultSet, Row, is_directory_path, load_any
 
@@ -164,9 +163,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     rs = load_any(args.path)
     now = time.time()
     keep, drop = [], []
+    unknown_device = 0
     for row in rs.rows():
         reasons = []
-        if args.keep_device and not any(d.lower() in row.device.lower() for d in args.keep_device):
+        if args.keep_device and not row.device:
+            unknown_device += 1  # e.g. XLA's legacy per-fusion files do not record the device
+        elif args.keep_device and not any(
+                d.lower() in row.device.lower() for d in args.keep_device):
             reasons.append("device")
         if args.keep_toolchain and not any(
                 t.lower() in row.toolchain.lower() for t in args.keep_toolchain):
@@ -178,12 +181,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     verb = "would remove" if args.dry_run else "removed"
     for row, reasons in drop:
         print(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
-    temps: list[Path] = []
-    if args.path.is_dir():
-        if rs.format_name == "autotune_cache":
-            temps = DirectoryStore(args.path).temp_files()
-        for t in temps:
-            print(f"{verb} abandoned temp file {t}")
+    if unknown_device:
+        print(f"prune: kept {unknown_device} entries whose device is not recorded in {args.path}; "
+              "--keep-device cannot judge them", file=sys.stderr)
+    temps = rs.temp_files() if args.path.is_dir() else []
+    for t in temps:
+        print(f"{verb} abandoned temp file {t}")
     if not args.dry_run:
         if args.path.is_dir():
             for row, _ in drop:

@@ -45,6 +45,9 @@ def parse_results(
 ) -> pb.AutotuneResultsFile:
     """Parse results-file bytes, checking the schema version; `path` is named in errors."""
     text = is_text_path(path) if text is None else text
+    if not data.strip():
+        raise CorruptFileError(f"{path}: is empty, not an autotune results file. Regenerate it "
+                               "(a dump always writes at least `version: 1`).")
     msg = pb.AutotuneResultsFile()
     kind = "text" if text else "binary"
     try:

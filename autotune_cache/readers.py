@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from autotune_cache.dirstore import ENTRY_SUFFIX, DirectoryStore
+from autotune_cache.dirstore import ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import parse_results, read_capped, save_results
 from autotune_cache.key import CacheKey
@@ -44,6 +45,8 @@ class ResultSet(Protocol):
 
     def problems(self) -> list[str]: ...
 
+    def temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]: ...
+
 
 class Format(Protocol):
     """A file format the CLI can read and write."""
@@ -53,6 +56,9 @@ class Format(Protocol):
     def sniff(self, path: Path) -> bool: ...
 
     def load(self, path: Path) -> ResultSet: ...
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def config_summary(config: pb.Config) -> str:
@@ -77,6 +83,7 @@ class OurResults:
     entries: dict[str, pb.Entry]
     sources: dict[str, str] = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)
+    origin: Path | None = None
     format_name: str = "autotune_cache"
 
     def rows(self) -> list[Row]:
@@ -124,6 +131,10 @@ class OurResults:
     def problems(self) -> list[str]:
         return list(self.damaged)
 
+    def temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Temp files abandoned by killed writers in the directory this set was loaded from."""
+        return DirectoryStore(self.origin).temp_files(older_than) if self.origin else []
+
 
 class OurFormat:
     """autotune_cache results files (text or binary) and cache directories."""
@@ -132,7 +143,8 @@ class OurFormat:
 
     def sniff(self, path: Path) -> bool:
         if path.is_dir():
-            return any(path.glob(f"*{ENTRY_SUFFIX}")) or not any(path.iterdir())
+            names = [p.stem for p in path.glob(f"*{ENTRY_SUFFIX}")]
+            return any(_DIGEST.fullmatch(n) for n in names) or not any(path.iterdir())
         try:
             parse_results(read_capped(path), path)
         except (CorruptFileError, OSError):
@@ -141,7 +153,7 @@ class OurFormat:
 
     def load(self, path: Path) -> OurResults:
         if path.is_dir():
-            result = OurResults({})
+            result = OurResults({}, origin=path)
             for file, entry, problem in DirectoryStore(path).scan():
                 if entry is None:
                     result.damaged.append(problem)
