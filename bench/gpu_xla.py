@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the example imports autotune_cache from this checkout
 EXAMPLE = ROOT / "examples" / "jax" / "matmul_chain_test.py"
 CACHE_NAME = "matmul_chain_test.autotune.textproto"
 REGEN_HINT = "bazel run //examples/jax:matmul_chain_test.regen"
