@@ -7,16 +7,24 @@ tests override the repository with this file.
 
 def py_binary(**kwargs):
     """Forwards to the native py_binary."""
+
+    # buildifier: disable=native-py
     native.py_binary(**kwargs)
 
 def py_library(**kwargs):
     """Forwards to the native py_library."""
+
+    # buildifier: disable=native-py
     native.py_library(**kwargs)
 
 def py_test(**kwargs):
     """Forwards to the native py_test."""
+
+    # buildifier: disable=native-py
     native.py_test(**kwargs)
 
 def py_runtime(**kwargs):
     """Forwards to the native py_runtime."""
+
+    # buildifier: disable=native-py
     native.py_runtime(**kwargs)

@@ -1,0 +1,100 @@
+"""What a regenerated cache changed, in the terms of `autotune-cache diff`.
+
+Entries are compared through the CLI's reader layer (autotune_cache.readers), so XLA's files
+work too. For our own format a changed entry whose only differences are the timing fields
+(docs/architecture.md: result.time_ms, result.candidates[].time_ms, result.tuned_at,
+result.tuning_seconds) is counted as "retimed", not "changed".
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune_cache.cli import diff_rows
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.readers import Row, load_any
+
+
+@dataclass(frozen=True)
+class Change:
+    """Counts of entry differences between an old and a new cache file."""
+
+    added: int = 0
+    removed: int = 0
+    changed: int = 0
+    retimed: int = 0
+    unchanged: int = 0
+    identical_bytes: bool = False
+    created: bool = False
+
+    @property
+    def differs(self) -> bool:
+        """Whether the file's bytes change."""
+        return not self.identical_bytes
+
+    def describe(self) -> str:
+        """One line for the per-file summary."""
+        if self.identical_bytes:
+            return f"unchanged ({self.unchanged} entries, byte-identical)"
+        prefix = "created: " if self.created else ""
+        return (
+            f"{prefix}+{self.added} added, -{self.removed} removed, ~{self.changed} changed, "
+            f"{self.retimed} retimed only, {self.unchanged} unchanged"
+        )
+
+
+def strip_timing(payload: bytes) -> bytes | None:
+    """The entry's bytes with the timing fields cleared, or None if it is not our Entry."""
+    entry = pb.Entry()
+    try:
+        entry.ParseFromString(payload)
+    except Exception:  # noqa: BLE001 - protobuf raises DecodeError or others on foreign bytes
+        return None
+    if not entry.HasField("key"):
+        return None
+    result = entry.result
+    result.ClearField("time_ms")
+    result.ClearField("tuned_at")
+    result.ClearField("tuning_seconds")
+    for candidate in result.candidates:
+        candidate.ClearField("time_ms")
+    return entry.SerializeToString(deterministic=True)
+
+
+def _rows(data: bytes, suffix: str) -> list[Row]:
+    """Loads cache bytes through the reader layer (which dispatches on the file extension)."""
+    fd, name = tempfile.mkstemp(suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return load_any(Path(name)).rows()
+    finally:
+        os.unlink(name)
+
+
+def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
+    """Compares the committed cache (None when it does not exist) with the regenerated one."""
+    new_rows = _rows(new, suffix)
+    if old is None:
+        return Change(added=len(new_rows), created=True)
+    if old == new:
+        return Change(unchanged=len(new_rows), identical_bytes=True)
+    old_rows = _rows(old, suffix)
+    added, removed, changed = diff_rows(old_rows, new_rows)
+    old_by_id = {row.id: row for row in old_rows}
+    retimed = 0
+    for row in changed:
+        before = strip_timing(old_by_id[row.id].payload)
+        if before is not None and before == strip_timing(row.payload):
+            retimed += 1
+    unchanged = len(new_rows) - len(added) - len(changed)
+    return Change(
+        added=len(added),
+        removed=len(removed),
+        changed=len(changed) - retimed,
+        retimed=retimed,
+        unchanged=unchanged,
+    )
