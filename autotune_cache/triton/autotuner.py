@@ -1,0 +1,331 @@
+"""`Autotuner`: triton.autotune's tuner, with the results cache in front of the benchmark.
+
+On a launch with a problem it has not seen in this process, the tuner builds the cache key
+(kernel source fingerprint, candidate-list fingerprint, problem, device, toolchain) and looks it up
+in memory -> loaded files -> cache directory. On a hit it launches the recorded winner: nothing is
+benchmarked and only the winner is ever compiled. On a miss it takes the key's cross-process lock
+(another process may be tuning it: then it waits and reads that result), reuses recorded timings of
+candidates from entries with the same source, device and toolchain but another candidate list,
+compiles the remaining candidates in parallel, benchmarks them under the device lock and records
+the winner with every candidate's timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from triton.runtime.autotuner import Autotuner as _TritonAutotuner
+
+from autotune_cache import __version__ as tuner_version
+from autotune_cache.cache import Cache, get_cache
+from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.triton import bench as bench_mod
+from autotune_cache.triton.benchlock import device_bench_lock
+from autotune_cache.triton.compile import failure_reason, precompile
+from autotune_cache.triton.configs import (
+    canonical_config,
+    canonical_proto_config,
+    config_from_proto,
+    config_to_proto,
+    configs_fingerprint,
+    describe_config,
+)
+from autotune_cache.triton.device import (
+    current_device,
+    device_identity,
+    interpreter_active,
+    toolchain,
+)
+from autotune_cache.triton.fingerprint import heuristics_fingerprint, source_fingerprint
+from autotune_cache.triton.problem import problem_key, triton_style_key
+from autotune_cache.triton.progress import Progress
+from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+
+ensure_triton_cache_dir()
+
+
+class AllConfigsFailedError(AutotuneCacheError, RuntimeError):
+    """Every candidate config failed to compile or run, so there is no winner to record."""
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def recorded_timings(entries: Sequence[pb.Entry]) -> dict[str, pb.Timing]:
+    """Candidate timings from earlier tunings of the same source/device/toolchain, by canonical
+    config; where several entries timed a config, the most recently tuned one wins."""
+    timings: dict[str, pb.Timing] = {}
+    for entry in sorted(entries, key=lambda e: e.result.tuned_at):
+        for timing in entry.result.candidates:
+            timings[canonical_proto_config(timing.config)] = timing
+    return timings
+
+
+class Autotuner(_TritonAutotuner):
+    """Drop-in for triton.runtime.autotuner.Autotuner whose results persist in autotune_cache.
+
+    It is a subclass of Triton's class, so code that checks `isinstance(k, Autotuner)` (or reads
+    `configs`, `keys`, `fn`, `best_config`, `configs_timings`, `bench_time`) keeps working."""
+
+    def __init__(self, fn: Any, arg_names: list[str], configs: list[Any], key: list[str],
+                 reset_to_zero: list[str] | None, restore_value: list[str] | None,
+                 pre_hook: Callable[..., Any] | None = None,
+                 post_hook: Callable[..., Any] | None = None,
+                 prune_configs_by: dict[str, Any] | None = None,
+                 warmup: float | None = None, rep: float | None = None,
+                 use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
+                 cache_results: bool = False) -> None:
+        # warmup/rep/use_cuda_graph are ours to interpret; Triton would warn they are deprecated.
+        super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value,
+                         pre_hook=pre_hook, post_hook=post_hook,
+                         prune_configs_by=prune_configs_by, do_bench=do_bench)
+        self.bench_warmup = warmup
+        self.bench_rep = rep
+        self.use_cuda_graph = use_cuda_graph
+        self.user_do_bench = do_bench
+        self.cache_results = False  # our cache replaces Triton's; the argument is accepted only
+        self.kernel_name = self.base_fn.__name__
+        self.configs_timings: dict[Any, list[float]] = {}
+        self.bench_time = 0.0
+        self.last_entry: pb.Entry | None = None
+        self._source_fingerprint: str | None = None
+
+    # ----- key -------------------------------------------------------------------------------
+
+    @property
+    def source_fingerprint(self) -> str:
+        """Hash of the kernel source, its @jit dependencies and any @heuristics between."""
+        if self._source_fingerprint is None:
+            fingerprint = source_fingerprint(self.fn)
+            heuristics = heuristics_fingerprint(self.fn)
+            if heuristics:
+                fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
+            self._source_fingerprint = fingerprint
+        return self._source_fingerprint
+
+    def cache_key(self, configs: Sequence[Any], all_args: Mapping[str, Any]) -> CacheKey:
+        """The results-cache key of launching with `all_args`, choosing among `configs`."""
+        device = current_device()
+        return CacheKey(
+            kernel=self.kernel_name,
+            source_fingerprint=self.source_fingerprint,
+            configs_fingerprint=configs_fingerprint(configs),
+            problem=problem_key(self.arg_names, self.keys, all_args),
+            device=device,
+            toolchain=toolchain(device),
+        )
+
+    # ----- launch ----------------------------------------------------------------------------
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Launch the kernel with the cached (or freshly tuned) best config for these args."""
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        if len(self.configs) > 1:
+            all_args = {**self.nargs, **kwargs}
+            memo = triton_style_key(self.arg_names, self.keys, all_args)
+            config = self.cache.get(memo)
+            if config is None:
+                config = self._select(args, kwargs, all_args)
+                self.cache[memo] = config
+        else:
+            config = self.configs[0]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        try:
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            self.nargs = None
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every (pruned) candidate ahead of time, as triton's Autotuner.warmup does, but
+        on --autotune_compile_workers threads; returns the compiled kernels."""
+        import triton
+
+        async_mode = getattr(triton, "AsyncCompileMode", None)
+        workers = get_cache().settings.compile_workers
+        if async_mode is None or workers <= 1 or interpreter_active():
+            return super().warmup(*args, **kwargs)
+        with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool, \
+                async_mode(pool):
+            kernels = super().warmup(*args, **kwargs)
+        return [k.result() if hasattr(k, "result") else k for k in kernels]
+
+    def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
+                all_args: Mapping[str, Any]) -> Any:
+        """The best config for this launch: from the cache tiers, another process, or tuning."""
+        pruned = self.prune_configs(kwargs)
+        key = self.cache_key(pruned, all_args)
+        cache = get_cache()
+        entry = cache.lookup(key)
+        if entry is None:
+            with cache.tune_lock(key) as shared:
+                entry = cache.refresh(key) if shared else None  # a peer may have tuned it
+                if entry is None:
+                    entry = self._tune(key, pruned, args, kwargs, cache)
+        self.last_entry = entry
+        self._load_timings(entry, pruned)
+        return self._winner(entry, pruned)
+
+    def _load_timings(self, entry: pb.Entry, configs: Sequence[Any]) -> None:
+        by_text = {canonical_config(c): c for c in configs}
+        timings: dict[Any, list[float]] = {}
+        for timing in entry.result.candidates:
+            config = by_text.get(canonical_proto_config(timing.config))
+            if config is not None:
+                ms = float("inf") if timing.failure else timing.time_ms
+                timings[config] = [ms] * len(bench_mod.QUANTILES)
+        self.configs_timings = timings
+
+    @staticmethod
+    def _winner(entry: pb.Entry, configs: Sequence[Any]) -> Any:
+        """The candidate equal to the recorded winner (keeping its pre_hook), else a rebuilt one."""
+        wanted = canonical_proto_config(entry.result.config)
+        for config in configs:
+            if canonical_config(config) == wanted:
+                return config
+        return config_from_proto(entry.result.config)
+
+    # ----- tuning ----------------------------------------------------------------------------
+
+    def _kernel_call(self, config: Any, args: Sequence[Any],
+                     meta: Mapping[str, Any]) -> Callable[[], None]:
+        """One launch of `config` with the hooks triton.autotune runs around each benchmark."""
+        conflicts = meta.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}."
+                             " Make sure that you don't re-define auto-tuned symbols.")
+        current = dict(meta, **config.all_kwargs())
+        full_nargs = {**self.nargs, **current}
+
+        def kernel_call() -> None:
+            if config.pre_hook:
+                config.pre_hook(full_nargs)
+            self.pre_hook(full_nargs)
+            try:
+                self.fn.run(*args, **current)
+            except Exception as e:
+                try:
+                    self.post_hook(full_nargs, exception=e)
+                finally:
+                    raise
+            self.post_hook(full_nargs, exception=None)
+
+        return kernel_call
+
+    def _measure(self, benchmark: bench_mod.Benchmark, config: Any, args: Sequence[Any],
+                 kwargs: dict[str, Any], problem: Mapping[str, Any], compile_failure: str,
+                 progress: Progress) -> pb.Timing:
+        """Benchmark one candidate (unless it failed to compile) into its Timing record."""
+        timing = pb.Timing(config=config_to_proto(config))
+        if compile_failure:
+            timing.failure = compile_failure
+        else:
+            try:
+                call = self._kernel_call(config, args, kwargs)
+                timing.time_ms = benchmark(call, config, problem)[0]
+            except ValueError as e:
+                if str(e).startswith("Conflicting meta-parameters"):
+                    raise
+                timing.failure = failure_reason(e)
+            except Exception as e:  # out of resources, launch errors: skip the config
+                timing.failure = failure_reason(e)
+        progress.step(describe_config(config), None if timing.failure else timing.time_ms,
+                      timing.failure)
+        return timing
+
+    def _tune(self, key: CacheKey, configs: Sequence[Any], args: Sequence[Any],
+              kwargs: dict[str, Any], cache: Cache) -> pb.Entry:
+        """Benchmark what has no recorded timing, pick the fastest, record and return the entry."""
+        started = time.perf_counter()
+        recorded = recorded_timings(cache.same_source(key))
+        texts = [canonical_config(c) for c in configs]
+        todo = [i for i, text in enumerate(texts) if text not in recorded]
+        benchmark = bench_mod.choose_benchmark(
+            interpreter=interpreter_active(), do_bench=self.user_do_bench,
+            warmup=self.bench_warmup, rep=self.bench_rep, use_cuda_graph=self.use_cuda_graph)
+        fake = benchmark.method == "fake"
+        problem = problem_key(self.arg_names, self.keys, {**self.nargs, **kwargs})
+        progress = Progress(self.kernel_name, key.problem, str(key.device),
+                            total=len(configs), reused=len(configs) - len(todo))
+
+        failures: dict[int, str] = {}
+        if todo and not fake and not interpreter_active():
+            compile_started = time.perf_counter()
+            compiled = precompile(self.fn, args, kwargs, [configs[i] for i in todo],
+                                  cache.settings.compile_workers)
+            failures = {todo[j]: reason for j, reason in compiled.items()}
+            progress.compiled(len(todo), len(failures), time.perf_counter() - compile_started)
+
+        bench_started = time.perf_counter()
+        use_lock = bool(todo) and not fake and not interpreter_active()
+        lock = device_bench_lock(device_identity()) if use_lock else contextlib.nullcontext()
+        with lock:
+            timings = {i: self._measure(benchmark, configs[i], args, kwargs, problem,
+                                        failures.get(i, ""), progress) for i in todo}
+        self.bench_time = time.perf_counter() - bench_started
+        if todo:
+            full_nargs = {**self.nargs, **kwargs}
+            self.pre_hook(full_nargs, reset_only=True)
+        for i, text in enumerate(texts):
+            if i not in timings:
+                reused = pb.Timing()
+                reused.CopyFrom(recorded[text])
+                reused.config.CopyFrom(config_to_proto(configs[i]))
+                timings[i] = reused
+
+        candidates = [timings[i] for i in range(len(configs))]
+        ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
+        if not ok:
+            reasons = "\n".join(f"  {describe_config(configs[i])}: {t.failure}"
+                                for i, t in enumerate(candidates))
+            raise AllConfigsFailedError(
+                f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
+        best_ms, best = min(ok)
+        seconds = time.perf_counter() - started
+        entry = pb.Entry(key=key.to_proto(), result=pb.Result(
+            config=config_to_proto(configs[best]),
+            time_ms=best_ms,
+            candidates=candidates,
+            tuned_at=_now_rfc3339(),
+            tuner_version=tuner_version,
+            tuning_seconds=round(seconds, 6),
+            timing_method=benchmark.method,
+        ))
+        cache.record(entry, benchmarks=len(todo) - len(failures))
+        progress.finished(describe_config(configs[best]), best_ms, seconds)
+        return entry
+
+
+def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any] | None = None,
+             reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None,
+             pre_hook: Callable[..., Any] | None = None,
+             post_hook: Callable[..., Any] | None = None,
+             warmup: float | None = None, rep: float | None = None,
+             use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
+             cache_results: bool = False) -> Callable[[Any], Autotuner]:
+    """Decorator with triton.autotune's signature whose results go through autotune_cache.
+
+    `warmup` / `rep` are the GPU benchmark's warmup and repetition times in ms (default 25 / 100,
+    as triton.testing.do_bench), `use_cuda_graph=True` times with CUDA graphs, `do_bench` replaces
+    the benchmark entirely, and `cache_results` is accepted and ignored (results are always cached
+    through AUTOTUNE_FLAGS)."""
+    ensure_triton_cache_dir()
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
+                         pre_hook=pre_hook, post_hook=post_hook,
+                         prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                         use_cuda_graph=use_cuda_graph, do_bench=do_bench,
+                         cache_results=cache_results)
+
+    return decorator

@@ -1,0 +1,191 @@
+"""Timing one candidate config: on a GPU, under the CPU interpreter, or with an injected fake.
+
+Every benchmark returns `[median, p20, p80]` in milliseconds, the quantiles `triton.autotune`
+asks `do_bench` for; the median decides the winner and is what the results file records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+QUANTILES: tuple[float, ...] = (0.5, 0.2, 0.8)
+
+# A deterministic benchmark for tests: (config, problem) -> milliseconds. Raising marks the config
+# as failed, with the exception as its recorded reason.
+FakeBenchmark = Callable[[Any, Mapping[str, Any]], float]
+
+_fake: FakeBenchmark | None = None
+
+
+def set_fake_benchmark(fn: FakeBenchmark | None) -> FakeBenchmark | None:
+    """Install (or, with None, remove) a process-wide fake benchmark; returns the previous one.
+
+    While installed, no kernel is launched for timing: each candidate's time is `fn(config,
+    problem)`. The winning config still launches for real, so results stay correct."""
+    global _fake
+    previous, _fake = _fake, fn
+    return previous
+
+
+@contextlib.contextmanager
+def fake_benchmark(fn: FakeBenchmark) -> Iterator[None]:
+    """Use `fn` as the benchmark inside the `with` block (see set_fake_benchmark)."""
+    previous = set_fake_benchmark(fn)
+    try:
+        yield
+    finally:
+        set_fake_benchmark(previous)
+
+
+def quantiles_of(times: Sequence[float], quantiles: Sequence[float] = QUANTILES) -> list[float]:
+    """Linear-interpolated quantiles, as numpy.quantile / triton.testing compute them."""
+    ordered = sorted(times)
+    n = len(ordered)
+    out = []
+    for q in quantiles:
+        point = q * (n - 1)
+        lo, hi = math.floor(point), math.ceil(point)
+        out.append(ordered[lo] + (ordered[hi] - ordered[lo]) * (point - lo))
+    return out
+
+
+class Benchmark(Protocol):
+    """Times one candidate: `kernel_call` launches it (with the autotuner's hooks)."""
+
+    method: str
+
+    def __call__(self, kernel_call: Callable[[], Any], config: Any,
+                 problem: Mapping[str, Any]) -> list[float]: ...
+
+
+@dataclass
+class GpuBenchmark:
+    """`triton.testing.do_bench` semantics with two host syncs per config instead of three.
+
+    Warmup and repetition counts come from `warmup` / `rep` milliseconds divided by a 5-call
+    estimate; the L2 cache is flushed before every timed call; each call is bracketed by device
+    events and all of them are read after one final synchronize. With `use_cuda_graph`, timing
+    follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed)."""
+
+    warmup: float = 25.0
+    rep: float = 100.0
+    use_cuda_graph: bool = False
+
+    def __post_init__(self) -> None:
+        self.method = "cuda_graph" if self.use_cuda_graph else "do_bench"
+        self._flush_buffer: Any = None
+
+    def __call__(self, kernel_call: Callable[[], Any], config: Any,
+                 problem: Mapping[str, Any]) -> list[float]:
+        if self.use_cuda_graph:
+            from triton.testing import do_bench_cudagraph
+
+            return list(do_bench_cudagraph(kernel_call, rep=int(self.rep),
+                                           quantiles=list(QUANTILES)))
+        from triton.runtime.driver import driver
+
+        active = driver.active
+        device = active.get_device_interface()
+        if self._flush_buffer is None:
+            self._flush_buffer = active.get_empty_cache_for_benchmark()
+        flush = self._flush_buffer
+
+        kernel_call()  # first launch: loads the module, surfaces OutOfResources
+        start, end = device.Event(enable_timing=True), device.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            active.clear_cache(flush)
+            kernel_call()
+        end.record()
+        device.synchronize()  # sync 1 of 2: the estimate
+        estimate_ms = start.elapsed_time(end) / 5
+        n_warmup = max(1, int(self.warmup / estimate_ms)) if estimate_ms > 0 else 1000
+        n_repeat = max(1, int(self.rep / estimate_ms)) if estimate_ms > 0 else 1000
+        starts = [device.Event(enable_timing=True) for _ in range(n_repeat)]
+        ends = [device.Event(enable_timing=True) for _ in range(n_repeat)]
+        for _ in range(n_warmup):
+            kernel_call()
+        for i in range(n_repeat):
+            active.clear_cache(flush)
+            starts[i].record()
+            kernel_call()
+            ends[i].record()
+        device.synchronize()  # sync 2 of 2: every timed call
+        return quantiles_of([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+
+
+@dataclass
+class WallClockBenchmark:
+    """Wall-clock timing for TRITON_INTERPRET=1, where there is no device to time with.
+
+    Interpreter timings rank configs by numpy work, not GPU speed; they exist so that the whole
+    tune -> record -> reload flow runs on a CPU. `warmup_calls` untimed calls, then timed calls
+    until `rep` milliseconds have passed (at least `min_reps`, at most `max_reps`)."""
+
+    warmup_calls: int = 1
+    rep: float = 10.0
+    min_reps: int = 1
+    max_reps: int = 5
+    method: str = "wallclock-interpreter"
+
+    def __call__(self, kernel_call: Callable[[], Any], config: Any,
+                 problem: Mapping[str, Any]) -> list[float]:
+        for _ in range(self.warmup_calls):
+            kernel_call()
+        times: list[float] = []
+        began = time.perf_counter()
+        while len(times) < self.min_reps or (
+            len(times) < self.max_reps and (time.perf_counter() - began) * 1e3 < self.rep
+        ):
+            t0 = time.perf_counter()
+            kernel_call()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return quantiles_of(times)
+
+
+@dataclass
+class UserBenchmark:
+    """A `do_bench=` function given to the decorator, called as triton.autotune calls it."""
+
+    do_bench: Callable[..., Any]
+    method: str = "user-do_bench"
+
+    def __call__(self, kernel_call: Callable[[], Any], config: Any,
+                 problem: Mapping[str, Any]) -> list[float]:
+        result = self.do_bench(kernel_call, quantiles=QUANTILES)
+        if isinstance(result, (int, float)):
+            return [float(result)] * len(QUANTILES)
+        return [float(x) for x in result]
+
+
+@dataclass
+class FakeBenchmarkRunner:
+    """Runs the installed fake benchmark; never launches the kernel."""
+
+    fn: FakeBenchmark
+    method: str = "fake"
+
+    def __call__(self, kernel_call: Callable[[], Any], config: Any,
+                 problem: Mapping[str, Any]) -> list[float]:
+        return [float(self.fn(config, problem))] * len(QUANTILES)
+
+
+def choose_benchmark(*, interpreter: bool, do_bench: Callable[..., Any] | None,
+                     warmup: float | None, rep: float | None,
+                     use_cuda_graph: bool) -> Benchmark:
+    """The benchmark for this tuning: the fake when installed, else the user's do_bench, else
+    wall clock under the interpreter, else GPU events."""
+    if _fake is not None:
+        return FakeBenchmarkRunner(_fake)
+    if do_bench is not None:
+        return UserBenchmark(do_bench)
+    if interpreter:
+        return WallClockBenchmark()
+    return GpuBenchmark(warmup=25.0 if warmup is None else float(warmup),
+                        rep=100.0 if rep is None else float(rep),
+                        use_cuda_graph=use_cuda_graph)

@@ -1,0 +1,97 @@
+"""triton.Config <-> results-file Config, canonical config text and the candidate-list hash."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autotune_cache.proto import autotune_results_pb2 as pb
+
+# Launch options a triton.Config carries next to its meta-parameters.
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _canonical(params: Mapping[str, Any], options: Mapping[str, Any], extra: str = "") -> str:
+    parts = [f"{k}={_param_text(params[k])}" for k in sorted(params)]
+    parts += [f"{k}={options[k]}" for k in _OPTIONS if options.get(k) is not None]
+    text = ",".join(parts)
+    return f"{text};{extra}" if extra else text
+
+
+def _config_options(config: Any) -> dict[str, Any]:
+    return {k: getattr(config, k, None) for k in _OPTIONS}
+
+
+def canonical_config(config: Any) -> str:
+    """Stable one-line text of a triton.Config: sorted meta-parameters, then launch options.
+
+    Used to match a candidate with a recorded timing; also names a config in progress lines."""
+    extra = []
+    if getattr(config, "ir_override", None):
+        extra.append(f"ir_override={config.ir_override}")
+    if getattr(config, "pre_hook", None) is not None:
+        hook = config.pre_hook
+        name = getattr(hook, "__qualname__", repr(hook))
+        extra.append(f"pre_hook={getattr(hook, '__module__', '')}.{name}")
+    return _canonical(config.kwargs, _config_options(config), ";".join(extra))
+
+
+def canonical_proto_config(msg: pb.Config) -> str:
+    """Canonical text of a recorded Config; equals canonical_config() of the same triton.Config
+    (configs with pre_hook or ir_override never match a recorded one, on purpose)."""
+    params = {p.name: _param_value(p) for p in msg.params}
+    options = {k: getattr(msg, k) for k in _OPTIONS if msg.HasField(k)}
+    return _canonical(params, options)
+
+
+def configs_fingerprint(configs: Iterable[Any]) -> str:
+    """Hex SHA-256 of the candidate list, independent of its order."""
+    texts = sorted(canonical_config(c) for c in configs)
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
+
+
+def _param_proto(name: str, value: Any) -> pb.Param:
+    if isinstance(value, bool):
+        return pb.Param(name=name, bool_value=value)
+    if isinstance(value, int):
+        return pb.Param(name=name, int_value=value)
+    if isinstance(value, float):
+        return pb.Param(name=name, float_value=value)
+    return pb.Param(name=name, string_value=str(value))
+
+
+def _param_value(param: pb.Param) -> Any:
+    kind = param.WhichOneof("value")
+    return getattr(param, kind) if kind else None
+
+
+def config_to_proto(config: Any) -> pb.Config:
+    """The results-file form of a triton.Config (meta-parameters sorted by name)."""
+    msg = pb.Config(params=[_param_proto(k, config.kwargs[k]) for k in sorted(config.kwargs)])
+    for option, value in _config_options(config).items():
+        if value is not None:
+            setattr(msg, option, int(value))
+    return msg
+
+
+def config_from_proto(msg: pb.Config) -> Any:
+    """A triton.Config equal to the recorded one (string meta-parameters stay strings)."""
+    import triton
+
+    kwargs = {p.name: _param_value(p) for p in msg.params}
+    options = {k: getattr(msg, k) for k in _OPTIONS if msg.HasField(k)}
+    return triton.Config(kwargs, **options)
+
+
+def describe_config(config: Any) -> str:
+    """Short human text of a triton.Config for progress lines and messages."""
+    return canonical_config(config).replace(",", " ")

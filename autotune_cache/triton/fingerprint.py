@@ -1,0 +1,151 @@
+"""Kernel source fingerprints: a hash of a Triton kernel's source and everything it calls.
+
+This mirrors what Triton's `JITFunction.cache_key` covers (the function's source, the sources of
+the @triton.jit functions it calls, and the global constexpr values it reads) with two differences
+that matter for committed cache files:
+
+* line numbers are left out, so adding an import above a kernel does not stale its results;
+* it works the same under TRITON_INTERPRET=1 (where kernels are `InterpretedFunction`s that have no
+  `cache_key`) and on a GPU, so the CPU and GPU entries of one kernel share a fingerprint.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import inspect
+import re
+import textwrap
+import types
+from collections.abc import Callable
+from typing import Any
+
+# Bumped when the fingerprint recipe changes, so old entries read as "kernel source changed".
+FINGERPRINT_VERSION = "1"
+
+_IGNORED_MODULE_PREFIXES = ("triton.language", "triton.experimental")
+
+
+def python_function(kernel: Any) -> Callable[..., Any]:
+    """The plain Python function under a @triton.jit / interpreted / heuristics wrapper chain."""
+    fn = kernel
+    while not inspect.isfunction(fn):
+        inner = getattr(fn, "fn", None)
+        if inner is None:
+            raise TypeError(f"cannot find the Python function under {kernel!r}")
+        fn = inner
+    return fn
+
+
+def _is_jit_like(value: Any) -> bool:
+    """Whether `value` is a Triton JIT function (compiled or interpreted) or constexpr function."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITCallable
+    except ImportError:  # pragma: no cover - depends on the Triton version
+        return False
+    return isinstance(value, (JITCallable, InterpretedFunction))
+
+
+def _function_source(fn: Callable[..., Any]) -> str:
+    """The function's source from its `def` line on (decorators dropped), dedented."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    match = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
+    return src[match.start():] if match else src
+
+
+def _scalar_repr(value: Any) -> str | None:
+    """A stable text for global values a kernel may read (constexprs, numbers, strings)."""
+    try:
+        from triton.language import constexpr
+    except ImportError:  # pragma: no cover
+        constexpr = ()  # type: ignore[assignment]
+    if constexpr and isinstance(value, constexpr):
+        value = value.value
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return f"{type(value).__name__}:{value!r}"
+    return None
+
+
+def _referenced_names(tree: ast.AST) -> list[tuple[str, str | None]]:
+    """(name, attribute) pairs for every loaded global name and `name.attr` in the tree."""
+    refs: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            refs.append((node.value.id, node.attr))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            refs.append((node.id, None))
+    return sorted(set(refs), key=lambda r: (r[0], r[1] or ""))
+
+
+def _resolve(fn: Callable[..., Any], name: str, attr: str | None) -> Any:
+    """Look `name` (and then `.attr`) up the way the kernel would: closure, then globals."""
+    scope: dict[str, Any] = dict(fn.__globals__)
+    with contextlib.suppress(TypeError, ValueError):  # exotic callables have no closure info
+        scope.update(inspect.getclosurevars(fn).nonlocals)
+    if name not in scope:
+        return None
+    value = scope[name]
+    if attr is None:
+        return value
+    if isinstance(value, types.ModuleType):
+        if value.__name__.startswith(_IGNORED_MODULE_PREFIXES) or value.__name__ == "triton":
+            return None
+        return getattr(value, attr, None)
+    return None
+
+
+def _fingerprint(fn: Callable[..., Any], stack: tuple[int, ...]) -> str:
+    hasher = hashlib.sha256(f"v{FINGERPRINT_VERSION}\n".encode())
+    src = _function_source(fn)
+    hasher.update(src.encode())
+    tree = ast.parse(src)
+    local_args = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    for name, attr in _referenced_names(tree):
+        if attr is None and name in local_args:
+            continue
+        value = _resolve(fn, name, attr)
+        label = name if attr is None else f"{name}.{attr}"
+        if value is None:
+            continue
+        if _is_jit_like(value):
+            inner = python_function(value)
+            if id(inner) in stack:
+                hasher.update(f"\n{label}->recursive".encode())
+                continue
+            hasher.update(f"\n{label}->{_fingerprint(inner, stack + (id(inner),))}".encode())
+            continue
+        scalar = _scalar_repr(value)
+        if scalar is not None and attr is None and name in fn.__globals__:
+            hasher.update(f"\n{label}={scalar}".encode())
+    return hasher.hexdigest()
+
+
+def source_fingerprint(kernel: Any) -> str:
+    """Hex SHA-256 of the kernel's source, its @triton.jit dependencies and global constants."""
+    fn = python_function(kernel)
+    return _fingerprint(fn, (id(fn),))
+
+
+def heuristics_fingerprint(kernel: Any) -> str:
+    """Hash of the `@triton.heuristics` lambdas between the autotuner and the jit function, so
+    changing a heuristic invalidates results; empty when there are none."""
+    parts: list[str] = []
+    node = kernel
+    while not inspect.isfunction(node):
+        values = getattr(node, "values", None)
+        if isinstance(values, dict):
+            for name in sorted(values):
+                code = getattr(values[name], "__code__", None)
+                try:
+                    body = inspect.getsource(values[name]).strip()
+                except (OSError, TypeError):
+                    body = code.co_code.hex() if code is not None else repr(values[name])
+                parts.append(f"{name}:{body}")
+        node = getattr(node, "fn", None)
+        if node is None:
+            break
+    if not parts:
+        return ""
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -1,0 +1,81 @@
+"""Progress lines on stderr while a key is being tuned.
+
+Quick tunings stay quiet. Once a tuning has run for `QUIET_SECONDS`, or always when
+AUTOTUNE_PROGRESS=1 (or Triton's TRITON_PRINT_AUTOTUNING=1) is set, every benchmarked config gets a
+line; AUTOTUNE_PROGRESS=0 silences them entirely.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+PROGRESS_ENV = "AUTOTUNE_PROGRESS"
+QUIET_SECONDS = 1.0
+
+
+def _mode() -> str:
+    value = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "never"
+    if value in ("1", "true", "yes", "on") or os.environ.get("TRITON_PRINT_AUTOTUNING") == "1":
+        return "always"
+    return "auto"
+
+
+@dataclass
+class Progress:
+    """Reports one key's tuning: a header, one line per benchmarked config, a summary."""
+
+    kernel: str
+    problem: str
+    device: str
+    total: int
+    reused: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def __post_init__(self) -> None:
+        self.mode = _mode()
+        self.started = time.perf_counter()
+        self.header_printed = False
+        self.done_count = 0
+
+    def _active(self) -> bool:
+        if self.mode == "never":
+            return False
+        return self.mode == "always" or time.perf_counter() - self.started >= QUIET_SECONDS
+
+    def _print(self, line: str) -> None:
+        print(f"autotune_cache: {line}", file=self.stream, flush=True)
+
+    def _header(self) -> None:
+        if not self.header_printed:
+            self.header_printed = True
+            todo = self.total - self.reused
+            self._print(f"tuning {self.kernel} [{self.problem}] on {self.device}: "
+                        f"{todo} configs to benchmark, {self.reused} timings reused")
+
+    def compiled(self, count: int, failed: int, seconds: float) -> None:
+        """After the parallel compile of `count` configs."""
+        if count and self._active():
+            self._header()
+            self._print(f"  compiled {count} configs in {seconds:.1f} s ({failed} failed)")
+
+    def step(self, config: str, time_ms: float | None, failure: str = "") -> None:
+        """After one config is benchmarked (time_ms None when it failed)."""
+        self.done_count += 1
+        if not self._active():
+            return
+        self._header()
+        todo = self.total - self.reused
+        outcome = f"{time_ms:.4f} ms" if time_ms is not None else f"failed: {failure[:120]}"
+        self._print(f"  [{self.done_count}/{todo}] {config}: {outcome}")
+
+    def finished(self, winner: str, time_ms: float, seconds: float) -> None:
+        """After the winner is chosen."""
+        if self.header_printed or (self.mode == "always"):
+            self._header()
+            self._print(f"  best {winner} ({time_ms:.4f} ms), tuned in {seconds:.1f} s")

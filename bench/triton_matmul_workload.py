@@ -1,0 +1,153 @@
+"""The brief's Triton workload: a 48-config fp16 matmul tuned over three shapes, in one process.
+
+    python bench/triton_matmul_workload.py --tuner triton|ours
+
+Prints one line `RESULT {json}`: seconds to import, seconds of the first (tuning) call and of the
+second call per shape, the winning configs, the max error against torch, and for `ours` the
+cache statistics. Every caller runs it in a fresh process, so nothing is shared in memory.
+
+On a GPU the kernel and candidate list are exactly shared/baselines/triton_h200_probe.py's. Under
+TRITON_INTERPRET=1 (no GPU) the shapes and candidate list are trimmed, and the K loop runs a
+compile-time trip count, because Triton 3.6's interpreter cannot loop over a runtime bound with
+numpy >= 2.4 (triton-lang/triton#9171).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+T0 = time.perf_counter()
+
+import torch  # noqa: E402
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+if INTERPRET:
+    CONFIGS = [triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=4, num_stages=2)
+               for bm in (16, 32) for bn in (16, 32) for bk in (16, 32)]
+    SHAPES = [(64, 64, 64), (32, 128, 64), (128, 32, 32)]
+else:
+    CONFIGS = [triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
+               for bm in (64, 128) for bn in (64, 128, 256) for bk in (32, 64) for w in (4, 8)
+               for s in (3, 4)]
+    SHAPES = [(4096, 4096, 4096), (1024, 8192, 2048), (512, 512, 8192)]
+
+
+@triton.jit
+def mm(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
+       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    npn = tl.cdiv(N, BN)
+    pm = pid // npn
+    pn = pid % npn
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        ka = k * BK + rk
+        x = tl.load(a + rm[:, None] * sam + ka[None, :] * sak,
+                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.)
+        y = tl.load(b + ka[:, None] * sbk + rn[None, :] * sbn,
+                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.heuristics({"KT": lambda args: triton.cdiv(args["K"], args["BK"])})
+@triton.jit
+def mm_static_k(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KT: tl.constexpr):
+    pid = tl.program_id(0)
+    npn = tl.cdiv(N, BN)
+    pm = pid // npn
+    pn = pid % npn
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(KT):
+        ka = k * BK + rk
+        x = tl.load(a + rm[:, None] * sam + ka[None, :] * sak,
+                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.)
+        y = tl.load(b + ka[:, None] * sbk + rn[None, :] * sbn,
+                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def build(tuner: str):
+    """The workload kernel decorated by triton.autotune or by ours (same configs and key)."""
+    fn = mm_static_k if INTERPRET else mm
+    if tuner == "triton":
+        return triton.autotune(configs=CONFIGS, key=["M", "N", "K"])(fn)
+    from autotune_cache.triton import autotune
+
+    return autotune(configs=CONFIGS, key=["M", "N", "K"])(fn)
+
+
+def sync() -> None:
+    if not INTERPRET:
+        torch.cuda.synchronize()
+
+
+def run_shape(kernel, m: int, n: int, k: int) -> dict:
+    """First call (tunes unless cached) and second call of one shape, timed on the host."""
+    gen = torch.Generator(device=DEVICE).manual_seed(m * 31 + n * 7 + k)
+    a = torch.randn(m, k, device=DEVICE, generator=gen).to(torch.float16)
+    b = torch.randn(k, n, device=DEVICE, generator=gen).to(torch.float16)
+    c = torch.empty(m, n, device=DEVICE, dtype=torch.float16)
+    grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
+    args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+            c.stride(1))
+    sync()
+    t = time.perf_counter()
+    kernel[grid](*args)
+    sync()
+    first = time.perf_counter() - t
+    err = (c.float() - a.float() @ b.float()).abs().max().item()
+    t = time.perf_counter()
+    kernel[grid](*args)
+    sync()
+    second = time.perf_counter() - t
+    return {"shape": [m, n, k], "first_call_s": round(first, 3),
+            "second_call_ms": round(second * 1e3, 3), "max_err": round(err, 4),
+            "best": str(kernel.best_config)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuner", choices=("triton", "ours"), required=True)
+    args = parser.parse_args()
+    out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": len(CONFIGS),
+                 "import_s": round(time.perf_counter() - T0, 3), "shapes": []}
+    started = time.perf_counter()
+    try:
+        kernel = build(args.tuner)
+        for shape in SHAPES:
+            out["shapes"].append(run_shape(kernel, *shape))
+    except Exception as e:  # reported, e.g. triton.autotune under the interpreter
+        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    out["workload_s"] = round(time.perf_counter() - started, 3)
+    if args.tuner == "ours":
+        from autotune_cache import get_cache
+
+        out["stats"] = get_cache().stats.as_dict()
+    print("RESULT " + json.dumps(out), flush=True)
+    return 1 if "error" in out else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The device-wide benchmarking lock serialises tuners on one GPU and never hangs them."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotune_cache.triton.benchlock import device_bench_lock
+
+
+def test_second_holder_waits_then_gives_up_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("AUTOTUNE_BENCH_LOCK_DIR", str(tmp_path))
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with device_bench_lock("GPU-1234") as locked:
+            assert locked
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(10)
+    with device_bench_lock("GPU-1234", timeout=0.3) as locked:
+        assert not locked  # timed out: benchmarks anyway
+    with device_bench_lock("GPU-other", timeout=0.3) as locked:
+        assert locked  # another device is not blocked
+    release.set()
+    thread.join()
+    with device_bench_lock("GPU-1234", timeout=0.3) as locked:
+        assert locked
+    assert "still held" in capsys.readouterr().err
+    assert (tmp_path / "bench-GPU-1234.lock").exists()

@@ -1,0 +1,91 @@
+"""Key parts: source fingerprints, candidate-list fingerprints, config round trips, problems."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import triton
+
+from autotune_cache.triton.configs import (
+    canonical_config,
+    canonical_proto_config,
+    config_from_proto,
+    config_to_proto,
+    configs_fingerprint,
+)
+from autotune_cache.triton.fingerprint import source_fingerprint
+from autotune_cache.triton.problem import problem_key
+
+KERNEL_MODULE = """
+import triton
+import triton.language as tl
+
+SCALE = tl.constexpr({scale})
+
+
+@triton.jit
+def helper(x):
+    return x * {helper_factor} * SCALE
+
+
+@triton.jit
+def kernel(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, helper(tl.load(x_ptr + offs)){kernel_tail})
+"""
+
+
+def _load(tmp_path: Path, name: str, prefix: str = "", scale: int = 2, helper_factor: int = 1,
+          kernel_tail: str = "") -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(prefix + textwrap.dedent(KERNEL_MODULE.format(
+        scale=scale, helper_factor=helper_factor, kernel_tail=kernel_tail)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_source_fingerprint_ignores_position_but_not_code(tmp_path: Path) -> None:
+    base = source_fingerprint(_load(tmp_path, "base").kernel)
+    moved = _load(tmp_path, "moved", prefix="# a comment\nimport os\n\n\n")
+    assert source_fingerprint(moved.kernel) == base
+    assert source_fingerprint(_load(tmp_path, "body", kernel_tail=" + 1").kernel) != base
+    assert source_fingerprint(_load(tmp_path, "dep", helper_factor=3).kernel) != base
+    assert source_fingerprint(_load(tmp_path, "const", scale=4).kernel) != base
+
+
+def test_configs_fingerprint_is_order_independent_and_content_sensitive() -> None:
+    a = triton.Config({"B": 16}, num_warps=4, num_stages=2)
+    b = triton.Config({"B": 32}, num_warps=8, num_stages=3)
+    assert configs_fingerprint([a, b]) == configs_fingerprint([b, a])
+    assert configs_fingerprint([a, b]) != configs_fingerprint([a])
+    c = triton.Config({"B": 32}, num_warps=4, num_stages=3)
+    assert configs_fingerprint([a, b]) != configs_fingerprint([a, c])
+
+
+@pytest.mark.parametrize("config", [
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "SPLIT": True, "ALPHA": 0.5, "MODE": "fast"},
+                  num_warps=8, num_stages=4, num_ctas=2, maxnreg=128),
+    triton.Config({}, num_warps=2, num_stages=1),
+])
+def test_config_round_trips_through_the_results_file(config: triton.Config) -> None:
+    msg = config_to_proto(config)
+    assert [p.name for p in msg.params] == sorted(config.kwargs)
+    back = config_from_proto(msg)
+    assert back.all_kwargs() == config.all_kwargs()
+    assert canonical_proto_config(msg) == canonical_config(config)
+
+
+def test_problem_key_mirrors_tritons_key() -> None:
+    a = torch.empty(4, 8, dtype=torch.float16)
+    args = {"a_ptr": a, "b_ptr": a.float(), "M": 4, "N": 8, "alpha": 0.5, "flag": True}
+    names = list(args) + ["BLOCK"]
+    problem = problem_key(names, ["M", "N", "missing"], {**args, "grid": (1,), "BLOCK": 16})
+    assert problem == {"M": 4, "N": 8, "a_ptr": "float16", "b_ptr": "float32"}
+    assert problem_key(names, ["a_ptr"], args)["a_ptr"] == "float16[4x8]"
