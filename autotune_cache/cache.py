@@ -110,41 +110,38 @@ class Cache:
             entry = self.store.get(key)
             if entry is not None:
                 self._memory[key.digest()] = Found(entry, key, str(self.store.path_for(key)))
+                self.stats.from_peer(entry.result.tuning_seconds)
                 self._mark_used(entry)
             return entry
 
-    def _all_known(self) -> Iterator[Found]:
+    def _same_problem(self, key: CacheKey) -> Iterator[Found]:
+        """Every known entry for key's kernel and problem, from every tier, once each."""
         seen: set[str] = set()
-        for tier in (self._memory, self._loaded):
-            for digest, found in tier.items():
-                if digest not in seen:
-                    seen.add(digest)
-                    yield found
-        if self.store is not None:
-            for path, entry, _ in self.store.scan():
-                if entry is None:
-                    continue
-                key = CacheKey.from_proto(entry.key)
-                if key.digest() not in seen:
-                    seen.add(key.digest())
-                    yield Found(entry, key, str(path))
 
-    def _same_problem(self, kernel: str, problem: str) -> Iterator[Found]:
-        seen: set[str] = set()
-        for found in self._all_known():
-            if found.key.kernel == kernel and found.key.problem == problem:
-                seen.add(found.key.digest())
-                yield found
+        def fresh(entry: pb.Entry, origin: str) -> Found | None:
+            k = CacheKey.from_proto(entry.key)
+            if k.kernel != key.kernel or k.problem != key.problem or k.digest() in seen:
+                return None
+            seen.add(k.digest())
+            return Found(entry, k, origin)
+
+        for tier in (self._memory, self._loaded):
+            for found in list(tier.values()):
+                if (f := fresh(found.entry, found.origin)) is not None:
+                    yield f
+        if self.store is not None:
+            for entry in self.store.same_problem(key):
+                k = CacheKey.from_proto(entry.key)
+                if (f := fresh(entry, str(self.store.path_for(k)))) is not None:
+                    yield f
         if self.remote is not None:
-            for entry in self.remote.same_problem(kernel, problem):
-                key = CacheKey.from_proto(entry.key)
-                if key.digest() not in seen:
-                    seen.add(key.digest())
-                    yield Found(entry, key, f"remote {self.remote.url}")
+            for entry in self.remote.same_problem(key):
+                if (f := fresh(entry, f"remote {self.remote.url}")) is not None:
+                    yield f
 
     def near_misses(self, key: CacheKey) -> list[Found]:
         """Entries for the same kernel and problem under another device, toolchain or source."""
-        return [f for f in self._same_problem(key.kernel, key.problem) if f.key != key]
+        return [f for f in self._same_problem(key) if f.key != key]
 
     def same_source(self, key: CacheKey) -> list[pb.Entry]:
         """Entries that differ from `key` only in the candidate list: reusable timings."""

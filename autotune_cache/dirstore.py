@@ -39,7 +39,9 @@ class DirectoryStore:
             raise CacheDirError(f"--autotune_cache_dir={self.root}: exists but is not a directory.")
 
     def path_for(self, key: CacheKey) -> Path:
-        return self.root / f"{key.digest()}{ENTRY_SUFFIX}"
+        """`<problem group>-<key digest>.textproto`: both parts are hashes of the key, and the
+        group prefix puts every near miss of a key next to it."""
+        return self.root / f"{key.problem_group()}-{key.digest()}{ENTRY_SUFFIX}"
 
     def lock_path(self, key: CacheKey) -> Path:
         """Where the per-key tuning lock for `key` lives."""
@@ -82,11 +84,21 @@ class DirectoryStore:
             ) from e
         return path
 
-    def entry_files(self) -> Iterator[Path]:
-        """Every entry file, skipping temp files left by writers."""
-        for path in sorted(self.root.glob(f"*{ENTRY_SUFFIX}")):
+    def entry_files(self, pattern: str = "*") -> Iterator[Path]:
+        """Every entry file (matching `pattern`), skipping temp files left by writers."""
+        for path in sorted(self.root.glob(f"{pattern}{ENTRY_SUFFIX}")):
             if not path.name.startswith(TEMP_PREFIX):
                 yield path
+
+    def same_problem(self, key: CacheKey) -> list[pb.Entry]:
+        """Readable entries for the same kernel and problem as `key`, any device or toolchain."""
+        out = []
+        for path in self.entry_files(f"{key.problem_group()}-*"):
+            try:
+                out.append(self._read(path))
+            except (CorruptFileError, OSError):
+                continue  # get() warns about damaged files of the key itself
+        return out
 
     def scan(self) -> Iterator[tuple[Path, pb.Entry | None, str]]:
         """(path, entry or None, problem) for every file, for inspect/verify/prune."""

@@ -148,6 +148,11 @@ class CacheKey:
         ]
         return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()
 
+    def problem_group(self) -> str:
+        """Short hex hash of kernel and problem: every key that could be a near miss of this
+        one shares it, so the cache directory and the remote tier can find them cheaply."""
+        return hashlib.sha256(f"{self.kernel}\x1f{self.problem}".encode()).hexdigest()[:16]
+
     def describe(self) -> str:
         """One line naming the kernel, problem, device and toolchain, for messages."""
         return (

@@ -58,7 +58,7 @@ class Format(Protocol):
     def load(self, path: Path) -> ResultSet: ...
 
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+_ENTRY_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{64}")
 
 
 def config_summary(config: pb.Config) -> str:
@@ -144,7 +144,7 @@ class OurFormat:
     def sniff(self, path: Path) -> bool:
         if path.is_dir():
             names = [p.stem for p in path.glob(f"*{ENTRY_SUFFIX}")]
-            return any(_DIGEST.fullmatch(n) for n in names) or not any(path.iterdir())
+            return any(_ENTRY_NAME.fullmatch(n) for n in names) or not any(path.iterdir())
         try:
             parse_results(read_capped(path), path)
         except (CorruptFileError, OSError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from collections.abc import Iterator
 
@@ -20,9 +19,8 @@ NAMESPACE = "autotune_cache:v1"
 MAX_VALUE_BYTES = 4 * 1024 * 1024
 
 
-def _problem_index(kernel: str, problem: str) -> str:
-    digest = hashlib.sha256(f"{kernel}\x1f{problem}".encode()).hexdigest()
-    return f"{NAMESPACE}:idx:{digest}"
+def _problem_index(key: CacheKey) -> str:
+    return f"{NAMESPACE}:idx:{key.problem_group()}"
 
 
 class RemoteStore:
@@ -94,17 +92,17 @@ class RemoteStore:
         try:
             pipe = self._client.pipeline()
             pipe.set(name, entry.SerializeToString(deterministic=True))
-            pipe.sadd(_problem_index(key.kernel, key.problem), key.digest())
+            pipe.sadd(_problem_index(key), key.digest())
             pipe.execute()
         except self._errors as e:
             self._down(e)
 
-    def same_problem(self, kernel: str, problem: str) -> list[pb.Entry]:
+    def same_problem(self, key: CacheKey) -> list[pb.Entry]:
         """Every remote entry for this kernel and problem, whatever its device or toolchain."""
         if not self.available:
             return []
         try:
-            digests = sorted(self._client.smembers(_problem_index(kernel, problem)))
+            digests = sorted(self._client.smembers(_problem_index(key)))
             if not digests:
                 return []
             values = self._client.mget([f"{NAMESPACE}:entry:{d.decode()}" for d in digests])

@@ -20,6 +20,7 @@ class Stats:
     misses: int = 0
     stale: int = 0
     tuned: int = 0
+    peer_results: int = 0
     benchmarks: int = 0
     tuning_seconds: float = 0.0
     saved_seconds: float = 0.0
@@ -38,6 +39,12 @@ class Stats:
                 self.stale += 1
                 self.stale_keys.append(stale_description)
 
+    def from_peer(self, saved_seconds: float) -> None:
+        """A miss that another process tuned while this one waited for its lock."""
+        with self._lock:
+            self.peer_results += 1
+            self.saved_seconds += saved_seconds
+
     def tuning_done(self, seconds: float, benchmarks: int) -> None:
         with self._lock:
             self.tuned += 1
@@ -51,6 +58,8 @@ class Stats:
     def summary_line(self) -> str:
         line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
                 f"{self.benchmarks} benchmarks, saved ~{self.saved_seconds:.1f} s of tuning")
+        if self.peer_results:
+            line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:
             line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
         return line

@@ -235,11 +235,30 @@ def test_every_combination_of_tiers(tmp_path, in_file, in_dir, mode, dump):
     assert cache.stats.misses == (1 if in_file or in_dir else 2)
     assert cache.stats.saved_seconds == (3.0 if in_file or in_dir else 0.0)
     files = {p.name for p in cache_dir.glob("*.textproto")}
-    assert (f"{other.digest()}.textproto" in files) == (mode == "update")
+    assert (cache.store.path_for(other).name in files) == (mode == "update")
     # Hits from a loaded file are not copied into the directory; only tuned results are.
-    assert (f"{KEY.digest()}.textproto" in files) == (in_dir or (mode == "update" and not in_file))
+    tuned_here = mode == "update" and not in_file
+    assert (cache.store.path_for(KEY).name in files) == (in_dir or tuned_here)
     # Memory now serves both keys, whatever tier they came from.
     assert cache.lookup(KEY) is not None and cache.lookup(other) is not None
     cache.close()
     if dump:
         assert {e.key.problem for e in load_results(dump_to)} == {KEY.problem, other.problem}
+
+
+def test_stale_entry_in_the_directory_is_found_by_its_problem_group(tmp_path):
+    Cache(Settings(cache_dir=tmp_path)).record(fake_tune(make_key(device=CPU)))
+    Cache(Settings(cache_dir=tmp_path)).record(fake_tune(make_key(problem={"M": 5})))
+    cache = Cache(Settings(cache_dir=tmp_path))
+    (near,) = cache.near_misses(KEY)
+    assert near.key.device == CPU and str(tmp_path) in near.origin
+
+
+def test_result_tuned_by_a_peer_while_waiting_counts_as_saved(tmp_path, capsys):
+    waiter = Cache(Settings(cache_dir=tmp_path))
+    assert waiter.lookup(KEY) is None
+    Cache(Settings(cache_dir=tmp_path)).record(fake_tune(KEY, tuning_seconds=6.0))
+    assert waiter.refresh(KEY) is not None
+    assert waiter.stats.peer_results == 1 and waiter.stats.saved_seconds == 6.0
+    waiter.close()
+    assert "1 tuned by another process while this one waited" in capsys.readouterr().err

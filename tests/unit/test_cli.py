@@ -106,7 +106,8 @@ def test_verify(cache_file, tmp_path, capsys):
     assert main(["verify", str(cache_file)]) == 0
     store = DirectoryStore(tmp_path / "d")
     store.put(H200_ENTRIES[0])
-    (store.root / ("0" * 64 + ".textproto")).write_text("version: 1\nentries { key {")
+    damaged = store.root / ("0" * 16 + "-" + "0" * 64 + ".textproto")
+    damaged.write_text("version: 1\nentries { key {")
     bad_version = tmp_path / "v.textproto"
     bad_version.write_text("version: 2\n")
     assert main(["verify", str(store.root), str(bad_version)]) == 1

@@ -17,7 +17,7 @@ def test_put_then_get(tmp_path):
     store = DirectoryStore(tmp_path / "new" / "dir")
     entry = fake_tune(make_key())
     path = store.put(entry)
-    assert path.name == f"{make_key().digest()}.textproto"
+    assert path.name == f"{make_key().problem_group()}-{make_key().digest()}.textproto"
     assert store.get(make_key()) == entry
     # The file carries its own key: it can be read without recomputing any hash.
     (on_disk,) = load_results(path)

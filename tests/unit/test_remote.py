@@ -63,7 +63,7 @@ def test_result_tuned_on_one_machine_is_a_hit_on_another(url):
 def test_remote_hit_backfills_the_local_directory(url, tmp_path):
     Cache(Settings(remote_cache=url)).record(fake_tune(KEY))
     Cache(Settings(remote_cache=url, cache_dir=tmp_path)).lookup(KEY)
-    assert (tmp_path / f"{KEY.digest()}.textproto").exists()
+    assert (tmp_path / f"{KEY.problem_group()}-{KEY.digest()}.textproto").exists()
 
 
 def test_read_mode_does_not_publish(url):
