@@ -41,8 +41,10 @@ setup() {
     log "installing Python packages"
     "$PY" -m pip install -q --upgrade pip
     # The CPU wheel of torch; an unpinned torch would pull a multi-GB CUDA build.
-    "$PY" -m pip install -q "torch==2.13.0"
-    "$PY" -m pip install -q -e "$ROOT[triton,jax,redis,test]"
+    # Triton is pinned to the release the committed example caches were tuned with (their keys
+    # name it); a newer Triton correctly reports those caches as stale.
+    "$PY" -m pip install -q "torch==2.13.0" "triton==3.6.0"
+    "$PY" -m pip install -q -e "$ROOT[triton,jax,redis,test]" "triton==3.6.0"
     # grpcio-tools 1.62.3 writes protobuf-4.25 gencode, which every runtime from 4.25 to 7.x
     # loads (GPU images ship older protobuf than PyPI). --no-deps keeps our newer protobuf.
     "$PY" -m pip install -q grpcio
