@@ -36,7 +36,7 @@ from regen_bazel import (
     read_test_dirs,
     read_test_statuses,
 )
-from regen_diff import Change, compare
+from regen_diff import Change, compare, keep_other_devices
 from regen_scheduler import SchedulerError, detect_gpus, make_plan, parse_gpu_flag
 
 from autotune_cache.atomic import write_atomic
@@ -121,6 +121,7 @@ def regenerate_one(
         )
     destination = workspace / target.cache_path
     old = destination.read_bytes() if destination.is_file() else None
+    dumped = keep_other_devices(old, dumped, destination.suffix)
     change = compare(old, dumped, destination.suffix)
     if change.differs and not check:
         write_atomic(destination, dumped)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune_cache.cli import diff_rows
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.readers import Row, load_any
+from autotune_cache.readers import ResultSet, Row, load_any
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,38 @@ def strip_timing(payload: bytes) -> bytes | None:
     return entry.SerializeToString(deterministic=True)
 
 
-def _rows(data: bytes, suffix: str) -> list[Row]:
+def _load(data: bytes, suffix: str) -> ResultSet:
     """Loads cache bytes through the reader layer (which dispatches on the file extension)."""
     fd, name = tempfile.mkstemp(suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        return load_any(Path(name)).rows()
+        return load_any(Path(name))
     finally:
         os.unlink(name)
+
+
+def _rows(data: bytes, suffix: str) -> list[Row]:
+    return _load(data, suffix).rows()
+
+
+def keep_other_devices(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
+    """The new committed file: the dump, plus the committed entries of every device the dump
+    did not run on. One file serves several GPU types (and the CPU interpreter); regenerating
+    on one of them must not drop what was tuned on the others."""
+    if old is None:
+        return dumped
+    new_set = _load(dumped, suffix)
+    dumped_devices = {row.device for row in new_set.rows()}
+    old_set = _load(old, suffix)
+    others = {row.id for row in old_set.rows() if row.device not in dumped_devices}
+    if not others:
+        return dumped
+    merged = new_set.merge(old_set.select(others), prefer_other=set())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"merged{suffix}"
+        merged.save(path)
+        return path.read_bytes()
 
 
 def compare(old: bytes | None, new: bytes, suffix: str) -> Change:

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cache.formats import load_results, save_results
+from autotune_cache.formats import load_results, save_results, serialize_results
 from tests.bazel.harness import Workspace
 
 TRITON_PKG = "examples/triton"
 SHARDED = f"//{TRITON_PKG}:vector_add_test"
 SHARDED_CACHE = f"{TRITON_PKG}/vector_add_test.autotune.textproto"
+INTERPRETER = "cpu-interpreter"
 ENV_RECORDER = Path(__file__).resolve().with_name("env_recorder.py")
 TIMING_FIELDS = (
     "result.time_ms, result.candidates[].time_ms, result.tuned_at, result.tuning_seconds"
@@ -187,9 +188,9 @@ def test_dump_target_writes_the_cache_to_test_outputs(workspace: Workspace) -> N
     workspace.run("test", label)
     dumped = workspace.undeclared_output(label, "autotune_cache.textproto")
     assert dumped is not None, f"{label} wrote no autotune_cache.textproto"
-    committed = (workspace.root / SHARDED_CACHE).read_bytes()
-    # The dump loads the committed cache first (incremental): nothing is re-tuned.
-    assert dumped == committed
+    # The dump loads the committed cache first (incremental): nothing is re-tuned, and it holds
+    # exactly the committed entries of the device it ran on (the interpreter, here).
+    assert dumped == interpreter_entries(workspace.root / SHARDED_CACHE)
     assert (outputs := workspace.outputs_root(label) / "test.outputs" / "outputs.zip").is_file(), (
         f"Bazel 4 zips undeclared outputs; {outputs} is missing (is `zip` installed?)")
 
@@ -209,6 +210,8 @@ def test_regen_target_rewrites_the_committed_file(workspace: Workspace) -> None:
         assert f"{SHARDED_CACHE}: ok: created: +" in result.output, result.output
         committed = workspace.root / "original.textproto"
         committed.write_bytes(original)
+        # The created file holds what this device tuned; compare with the interpreter's entries.
+        committed.write_bytes(interpreter_entries(committed))
         assert strip_timing(cache, also_config=True) == strip_timing(committed, also_config=True), (
             f"a full regen changed more than {TIMING_FIELDS} and the winning config")
         committed.unlink()
@@ -241,8 +244,17 @@ def test_regen_cache_tool_rewrites_every_committed_cache(workspace: Workspace) -
 
 
 def _rewrite_without_first_entry(path: Path) -> None:
-    """Rewrites a results file with its first entry removed."""
-    save_results(path, load_results(path)[1:])
+    """Rewrites a results file with its first interpreter entry removed (a regen on this
+    machine can only re-tune entries of the device it runs on)."""
+    entries = load_results(path)
+    first = next(i for i, e in enumerate(entries) if e.key.device.name == INTERPRETER)
+    save_results(path, entries[:first] + entries[first + 1:])
+
+
+def interpreter_entries(path: Path) -> bytes:
+    """The bytes of a results file holding only `path`'s entries for the CPU interpreter."""
+    entries = [e for e in load_results(path) if e.key.device.name == INTERPRETER]
+    return serialize_results(entries, text=True)
 
 
 def test_regen_cache_pins_one_gpu_per_dump_job(workspace: Workspace) -> None:

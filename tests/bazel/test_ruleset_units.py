@@ -166,3 +166,26 @@ def test_diff_counts_added_removed_changed_and_retimed(tmp_path: Path) -> None:
     assert same.identical_bytes and not same.differs and "byte-identical" in same.describe()
     created = regen_diff.compare(None, new.read_bytes(), ".textproto")
     assert created.created and created.added == 4
+
+
+def test_regen_keeps_the_entries_of_devices_the_dump_did_not_run_on(tmp_path: Path) -> None:
+    from autotune_cache.formats import load_results, serialize_results
+
+    def on(device: str, problem: str, time_ms: float) -> pb.Entry:
+        entry = _entry(problem, time_ms, 64)
+        entry.key.device.name = device
+        return entry
+
+    committed = serialize_results([on("NVIDIA H200", "n=1", 1), on("cpu-interpreter", "n=1", 2),
+                                   on("cpu-interpreter", "gone", 3)], text=True)
+    dumped = serialize_results([on("cpu-interpreter", "n=1", 7)], text=True)
+    merged = regen_diff.keep_other_devices(committed, dumped, ".textproto")
+    path = tmp_path / "m.textproto"
+    path.write_bytes(merged)
+    got = {(e.key.device.name, e.key.problem, e.result.time_ms) for e in load_results(path)}
+    # The H200 entry survives a regen on the interpreter; the interpreter's own entries are
+    # exactly the dump's (its unused "gone" entry is dropped).
+    assert got == {("NVIDIA H200", "n=1", 1.0), ("cpu-interpreter", "n=1", 7.0)}
+    assert regen_diff.keep_other_devices(None, dumped, ".textproto") == dumped
+    change = regen_diff.compare(committed, merged, ".textproto")
+    assert (change.added, change.removed, change.retimed) == (0, 1, 1)
