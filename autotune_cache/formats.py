@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from google.protobuf import message, text_format
 
@@ -11,6 +12,8 @@ from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+
+M = TypeVar("M", bound=message.Message)
 
 # The schema version this library reads and writes (AutotuneResultsFile.version).
 FORMAT_VERSION = 1
@@ -40,6 +43,38 @@ def read_capped(path: Path, limit: int | None = None) -> bytes:
     return data
 
 
+# What protobuf's text parser says when a file uses names our schema lacks.
+_NEWER_SCHEMA_SIGNS = ("has no field named", "has no value named", "has no value with number",
+                       "not found in descriptor pool", "Type URL not found",
+                       "Can not find message descriptor")
+
+NEWER_SCHEMA_HINT = (
+    "The file uses names this autotune_cache does not know (written by a newer release?). "
+    "Update autotune_cache, or regenerate the file with this one."
+)
+
+
+def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, what: str,
+                  newer_schema_hint: str = NEWER_SCHEMA_HINT) -> M:
+    """Parse `data` as a `cls` message; errors name `path` and `what` kind of file it is."""
+    msg = cls()
+    kind = "text" if text else "binary"
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), msg)
+        else:
+            msg.ParseFromString(data)
+    except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
+        detail = str(e)
+        hint = "Regenerate it, or check it with `autotune-cache verify`."
+        if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
+            hint = newer_schema_hint
+        elif not text and data[:1].isalpha():
+            hint = "It looks like text: give it a .textproto extension."
+        raise CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}") from e
+    return msg
+
+
 def parse_results(
     data: bytes, path: Path | str, *, text: bool | None = None
 ) -> pb.AutotuneResultsFile:
@@ -48,21 +83,8 @@ def parse_results(
     if not data.strip():
         raise CorruptFileError(f"{path}: is empty, not an autotune results file. Regenerate it "
                                "(a dump always writes at least `version: 1`).")
-    msg = pb.AutotuneResultsFile()
-    kind = "text" if text else "binary"
-    try:
-        if text:
-            text_format.Parse(data.decode("utf-8"), msg)
-        else:
-            msg.ParseFromString(data)
-    except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
-        hint = ""
-        if not text and data[:1].isalpha():
-            hint = " (it looks like text: use a .textproto extension)"
-        raise CorruptFileError(
-            f"{path}: not a valid {kind}-format autotune results file{hint}: {e}. "
-            "Regenerate it, or check it with `autotune-cache verify`."
-        ) from e
+    msg = parse_message(data, pb.AutotuneResultsFile, path, text=text,
+                        what="autotune results file")
     if msg.version != FORMAT_VERSION:
         raise VersionMismatchError(
             f"{path}: results file has version {msg.version}, but this autotune_cache reads "

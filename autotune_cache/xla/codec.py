@@ -8,6 +8,7 @@ from typing import TypeVar
 from google.protobuf import descriptor_pool, message, text_format
 
 from autotune_cache.errors import CorruptFileError
+from autotune_cache.formats import parse_message
 
 M = TypeVar("M", bound=message.Message)
 
@@ -21,30 +22,10 @@ NEWER_SCHEMA_HINT = (
     "write a binary file (binary files keep unknown fields and load fine)."
 )
 
-# What protobuf's text parser says when a file uses names our schema lacks.
-_NEWER_SCHEMA_SIGNS = ("has no field named", "has no value named", "has no value with number",
-                       "not found in descriptor pool", "Type URL not found",
-                       "Can not find message descriptor")
-
-
 def parse(data: bytes, cls: type[M], path: Path | str, *, text: bool, what: str) -> M:
     """Parse `data` as a `cls` message; `what` names the file kind in errors."""
-    msg = cls()
-    kind = "text" if text else "binary"
-    try:
-        if text:
-            text_format.Parse(data.decode("utf-8"), msg)
-        else:
-            msg.ParseFromString(data)
-    except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
-        detail = str(e)
-        hint = "Regenerate it, or check it with `autotune-cache verify`."
-        if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
-            hint = NEWER_SCHEMA_HINT
-        elif not text and data[:1].isalpha():
-            hint = "It looks like text: give it a .textproto extension."
-        raise CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}") from e
-    return msg
+    return parse_message(data, cls, path, text=text, what=what,
+                         newer_schema_hint=NEWER_SCHEMA_HINT)
 
 
 def to_text(msg: message.Message, *, expand_any: bool = True) -> str:
