@@ -1,6 +1,6 @@
 """The brief's Triton workload: a 48-config fp16 matmul tuned over three shapes, in one process.
 
-    python bench/triton_matmul_workload.py --tuner triton|ours
+    python bench/triton_matmul_workload.py --tuner triton|ours [--extra-configs]
 
 Prints one line `RESULT {json}`: seconds to import, seconds of the first (tuning) call and of the
 second call per shape, the winning configs, the max error against torch, and for `ours` the
@@ -41,6 +41,14 @@ else:
                for bm in (64, 128) for bn in (64, 128, 256) for bk in (32, 64) for w in (4, 8)
                for s in (3, 4)]
     SHAPES = [(4096, 4096, 4096), (1024, 8192, 2048), (512, 512, 8192)]
+
+# Candidates a kernel author adds later (bench/triton_incremental.py): a deeper K tile.
+EXTRA_CONFIGS = (
+    [triton.Config({"BM": bm, "BN": 32, "BK": 64}, num_warps=4, num_stages=2) for bm in (16, 32)]
+    if INTERPRET else
+    [triton.Config({"BM": 64, "BN": bn, "BK": 128}, num_warps=w, num_stages=3)
+     for bn in (64, 128) for w in (4, 8)]
+)
 
 
 @triton.jit
@@ -88,14 +96,15 @@ def mm_static_k(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def build(tuner: str):
+def build(tuner: str, extra_configs: bool = False):
     """The workload kernel decorated by triton.autotune or by ours (same configs and key)."""
     fn = mm_static_k if INTERPRET else mm
+    configs = CONFIGS + (EXTRA_CONFIGS if extra_configs else [])
     if tuner == "triton":
-        return triton.autotune(configs=CONFIGS, key=["M", "N", "K"])(fn)
+        return triton.autotune(configs=configs, key=["M", "N", "K"])(fn)
     from autotune_cache.triton import autotune
 
-    return autotune(configs=CONFIGS, key=["M", "N", "K"])(fn)
+    return autotune(configs=configs, key=["M", "N", "K"])(fn)
 
 
 def sync() -> None:
@@ -130,12 +139,15 @@ def run_shape(kernel, m: int, n: int, k: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuner", choices=("triton", "ours"), required=True)
+    parser.add_argument("--extra-configs", action="store_true",
+                        help="append EXTRA_CONFIGS to the candidate list (a later edit)")
     args = parser.parse_args()
-    out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": len(CONFIGS),
+    n_configs = len(CONFIGS) + (len(EXTRA_CONFIGS) if args.extra_configs else 0)
+    out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": n_configs,
                  "import_s": round(time.perf_counter() - T0, 3), "shapes": []}
     started = time.perf_counter()
     try:
-        kernel = build(args.tuner)
+        kernel = build(args.tuner, args.extra_configs)
         for shape in SHAPES:
             out["shapes"].append(run_shape(kernel, *shape))
     except Exception as e:  # reported, e.g. triton.autotune under the interpreter
