@@ -306,9 +306,9 @@ def _looks_like_binary(head: bytes) -> bool:
     fields = wire.top_level_fields(head)
     if not fields:
         return False
-    # Every AutotuneCache field is length-delimited (fields a newer XLA adds may be too); our own
-    # format and the legacy one start with a varint version.
-    if any(f.wire_type != wire.LEN for f in fields):
+    # Field 1 is a string here (device_scope); our own format and XLA's legacy one keep a varint
+    # version there. Other fields may be of any type (a newer XLA may add scalars).
+    if any(f.number == 1 and f.wire_type != wire.LEN for f in fields):
         return False
     first = next((f for f in fields if f.number == _ENTRIES_FIELD), None)
     if first is None:

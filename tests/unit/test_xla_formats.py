@@ -454,3 +454,20 @@ def test_directories_that_are_not_xla_caches_are_not_claimed(tmp_path):
         assert not NEW.sniff(tmp_path / d) and not OLD.sniff(tmp_path / d)
     (tmp_path / "pruned" / DEVICE_FP).mkdir(parents=True)  # XLA's, with every entry pruned
     assert NEW.sniff(tmp_path / "pruned") and NEW.load(tmp_path / "pruned").rows() == []
+
+
+def test_binary_file_with_a_new_scalar_field_is_still_xla(tmp_path):
+    """A newer XLA may add a top-level scalar; the file must still be read as XLA's, and keep it."""
+    from autotune_cache.cli import main
+    from autotune_cache.readers import load_any
+    from autotune_cache.xla.wire import encode_varint
+
+    src = tmp_path / "res.pb"
+    assert main(["convert", str(FIX / "res.textproto"), str(src)]) == 0
+    extended = tmp_path / "newer.pb"
+    extended.write_bytes(src.read_bytes() + encode_varint(99 << 3) + encode_varint(7))
+    rs = load_any(extended)
+    assert rs.format_name == "xla" and len(rs.rows()) == 10
+    out = tmp_path / "copy.pb"
+    assert main(["convert", str(extended), str(out)]) == 0
+    assert encode_varint(99 << 3) + encode_varint(7) in out.read_bytes()
