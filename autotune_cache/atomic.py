@@ -14,23 +14,16 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_atomic(target: Path, data: bytes) -> None:
     """Replace `target` with `data` in one step: temp file, flush, fsync, rename."""
     tmp = temp_name(target)
-    # Mode follows the umask, like any plain open(): a shared cache never locks out its users.
+    # 0o666 minus the umask, like any plain open(): a shared cache never locks out its users.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

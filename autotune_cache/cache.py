@@ -9,9 +9,10 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from autotune_cache.dirstore import DirectoryStore
-from autotune_cache.errors import DumpShardingError, MissingResultError
+from autotune_cache.errors import CacheDirError, DumpShardingError, MissingResultError
 from autotune_cache.flags import Settings, regen_hint, settings_from_env
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.key import CacheKey
@@ -20,6 +21,20 @@ from autotune_cache.remote import RemoteStore
 from autotune_cache.stats import Stats
 
 log = logging.getLogger("autotune_cache")
+
+def _check_writable_parent(path: Path, flag: str) -> None:
+    """Fail at startup, naming the flag, when `path` could never be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheDirError(f"{flag}={path}: cannot create {path.parent} ({e.strerror or e}); "
+                            "point the flag at a writable path.") from e
+    if path.is_dir():
+        raise CacheDirError(f"{flag}={path}: is a directory; give a file path.")
+    if not os.access(path.parent, os.W_OK):
+        raise CacheDirError(f"{flag}={path}: {path.parent} is not writable; point the flag at "
+                            "a writable path.")
+
 
 # How long a process waits for another process that is tuning the same key.
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
@@ -53,6 +68,8 @@ class Cache:
                 "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
                 "force shards on it)."
             )
+        if self.settings.dump_to is not None:
+            _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
         for path in self.settings.load_from:
             for entry in load_results(path):
                 key = CacheKey.from_proto(entry.key)
@@ -94,25 +111,36 @@ class Cache:
                 self._mark_used(found.entry)
                 return found.entry
             near = self.near_misses(key)
-            self.stats.miss(key.describe() if near else None)
-            if near:
+            # Entries that differ only in the candidate list are not stale: their timings are
+            # reused by an incremental re-tune.
+            stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
+                     or f.key.device != key.device or f.key.toolchain != key.toolchain]
+            self.stats.miss(key.describe() if stale else None, incremental=bool(near) and not stale)
+            if stale:
                 log.warning("autotune_cache: stale cache for %s: %s", key.describe(),
-                            "; ".join(", ".join(key.stale_reasons(f.key)) for f in near))
+                            "; ".join(", ".join(key.stale_reasons(f.key)) for f in stale))
+            elif near:
+                log.info("autotune_cache: candidate list of %s changed; re-tuning only the new "
+                         "candidates", key.describe())
             if self.settings.require_complete:
                 raise MissingResultError(self.missing_message(key, near))
             return None
 
     def refresh(self, key: CacheKey) -> pb.Entry | None:
-        """Re-read the directory for `key`, e.g. after waiting for another process's tuning."""
+        """Re-read the shared tiers (directory, remote) for `key`, after waiting for another
+        process's tuning of it."""
         with self._lock:
-            if self.store is None:
+            found = None
+            if self.store is not None and (entry := self.store.get(key)) is not None:
+                found = Found(entry, key, str(self.store.path_for(key)))
+            elif self.remote is not None and (entry := self.remote.get(key)) is not None:
+                found = Found(entry, key, f"remote {self.remote.url}")
+            if found is None:
                 return None
-            entry = self.store.get(key)
-            if entry is not None:
-                self._memory[key.digest()] = Found(entry, key, str(self.store.path_for(key)))
-                self.stats.from_peer(entry.result.tuning_seconds)
-                self._mark_used(entry)
-            return entry
+            self._memory[key.digest()] = found
+            self.stats.from_peer(found.entry.result.tuning_seconds)
+            self._mark_used(found.entry)
+            return found.entry
 
     def _same_problem(self, key: CacheKey) -> Iterator[Found]:
         """Every known entry for key's kernel and problem, from every tier, once each."""
@@ -204,7 +232,13 @@ class Cache:
         """Write the dump file now if it has changed since it was last written."""
         with self._lock:
             if self.settings.dump_to is not None and self._dump_dirty:
-                save_results(self.settings.dump_to, self._used.values())
+                try:
+                    save_results(self.settings.dump_to, self._used.values())
+                except OSError as e:
+                    raise CacheDirError(
+                        f"--dump_autotune_results_to={self.settings.dump_to}: cannot write the "
+                        f"dump ({e.strerror or e}); point the flag at a writable path."
+                    ) from e
                 self._dump_dirty = False
 
     def close(self) -> None:
@@ -234,7 +268,8 @@ class Cache:
                 "autotune_cache needs `filelock` to share a cache directory between processes: "
                 "pip install 'autotune_cache[triton]'"
             ) from e
-        lock = FileLock(str(self.store.lock_path(key)))
+        # mode: the lock file follows the umask, as every cache file does (shared directories).
+        lock = FileLock(str(self.store.lock_path(key)), mode=0o666)
         try:
             lock.acquire(timeout=timeout)
         except Timeout:
@@ -259,20 +294,31 @@ def _at_exit() -> None:
         _cache.close()
 
 
+def _install(settings: Settings) -> Cache:
+    """Make a new process-wide cache; the caller holds _cache_lock."""
+    global _cache, _atexit_registered
+    if _cache is not None:
+        _cache.close()
+    _cache = Cache(settings)
+    if not _atexit_registered:
+        atexit.register(_at_exit)
+        _atexit_registered = True
+    return _cache
+
+
 def configure(settings: Settings | None = None) -> Cache:
     """Replace the process-wide cache: the Python equivalent of AUTOTUNE_FLAGS."""
-    global _cache, _atexit_registered
     with _cache_lock:
-        if _cache is not None:
-            _cache.close()
-        _cache = Cache(settings if settings is not None else settings_from_env())
-        if not _atexit_registered:
-            atexit.register(_at_exit)
-            _atexit_registered = True
-        return _cache
+        return _install(settings if settings is not None else settings_from_env())
 
 
 def get_cache() -> Cache:
     """The process-wide cache, configured from AUTOTUNE_FLAGS on first use."""
     cache = _cache
-    return cache if cache is not None else configure()
+    if cache is not None:
+        return cache
+    with _cache_lock:
+        if _cache is None:
+            _install(settings_from_env())
+        assert _cache is not None
+        return _cache

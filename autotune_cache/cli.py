@@ -159,7 +159,8 @@ def _tuned_epoch(row: Row) -> float | None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     if not (args.keep_device or args.keep_toolchain or args.older_than is not None):
-        print("prune: nothing to prune by; only removing abandoned temp files", file=sys.stderr)
+        print("prune: nothing to prune by; only removing leftover temp, lock and damaged files",
+              file=sys.stderr)
     rs = load_any(args.path)
     now = time.time()
     keep, drop = [], []
@@ -184,9 +185,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if unknown_device:
         print(f"prune: kept {unknown_device} entries whose device is not recorded in {args.path}; "
               "--keep-device cannot judge them", file=sys.stderr)
-    temps = rs.temp_files() if args.path.is_dir() else []
+    temps = rs.leftovers() if args.path.is_dir() else []
     for t in temps:
-        print(f"{verb} abandoned temp file {t}")
+        print(f"{verb} leftover file {t}")
     if not args.dry_run:
         if args.path.is_dir():
             for row, _ in drop:
@@ -196,7 +197,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 t.unlink(missing_ok=True)
         elif drop:
             rs.select({r.id for r, _ in keep}).save(args.path)
-    print(f"{verb} {len(drop)} entries and {len(temps)} temp files; {len(keep)} entries kept")
+    print(f"{verb} {len(drop)} entries and {len(temps)} leftover files (temp, lock, damaged); "
+          f"{len(keep)} entries kept")
     return 0
 
 
@@ -243,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("a", type=Path)
     s.add_argument("b", type=Path)
     s.set_defaults(func=cmd_diff)
-    s = sub.add_parser("prune", help="drop entries by device/toolchain/age; remove temp files")
+    s = sub.add_parser("prune", help="drop entries by device/toolchain/age; remove leftover files")
     s.add_argument("path", type=Path)
     s.add_argument("--keep-device", action="append", default=[],
                    help="keep entries whose device contains this text (repeatable)")

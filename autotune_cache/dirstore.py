@@ -46,7 +46,14 @@ class DirectoryStore:
     def lock_path(self, key: CacheKey) -> Path:
         """Where the per-key tuning lock for `key` lives."""
         lock_dir = self.root / LOCK_DIR
-        lock_dir.mkdir(exist_ok=True)
+        try:
+            lock_dir.mkdir(exist_ok=True)
+        except OSError as e:
+            raise CacheDirError(
+                f"--autotune_cache_dir={self.root}: cannot create the lock directory {lock_dir} "
+                f"({e.strerror or e}); remove whatever is in its way, or use "
+                "--autotune_cache_mode=read."
+            ) from e
         return lock_dir / f"{key.digest()}.lock"
 
     def _read(self, path: Path) -> pb.Entry:
@@ -63,8 +70,8 @@ class DirectoryStore:
         except FileNotFoundError:
             return None
         except (CorruptFileError, OSError) as e:
-            log.warning("autotune_cache: ignoring damaged cache entry %s (%s); it will be "
-                        "re-tuned and overwritten", path, e)
+            log.warning("autotune_cache: ignoring a damaged cache entry (%s); it will be "
+                        "re-tuned and overwritten", e)
             return None
         if CacheKey.from_proto(entry.key) != key:
             log.warning("autotune_cache: %s holds a different key than its name says; ignoring "
@@ -101,12 +108,32 @@ class DirectoryStore:
         return out
 
     def scan(self) -> Iterator[tuple[Path, pb.Entry | None, str]]:
-        """(path, entry or None, problem) for every file, for inspect/verify/prune."""
+        """(path, entry or None, problem) for every file, for inspect/verify/prune; an entry
+        under a name its key does not give is a problem too (lookups never find it)."""
         for path in self.entry_files():
             try:
-                yield path, self._read(path), ""
+                entry = self._read(path)
             except (CorruptFileError, OSError) as e:
                 yield path, None, str(e)
+                continue
+            expected = self.path_for(CacheKey.from_proto(entry.key)).name
+            if path.name != expected:
+                yield path, None, (f"{path}: holds the entry for {expected}, so lookups never "
+                                   "find it (copied or renamed by hand?); prune removes it")
+            else:
+                yield path, entry, ""
+
+    def lock_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Lock files nobody has touched for a while (prune removes them)."""
+        now = time.time()
+        out = []
+        for path in (self.root / LOCK_DIR).glob("*.lock"):
+            try:
+                if now - path.stat().st_mtime >= older_than:
+                    out.append(path)
+            except FileNotFoundError:
+                continue
+        return sorted(out)
 
     def entries(self) -> list[pb.Entry]:
         """Every readable entry; damaged files are skipped with a warning."""

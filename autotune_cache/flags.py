@@ -30,6 +30,15 @@ class Settings:
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def __post_init__(self) -> None:
+        # The Python API accepts str paths, and one path where a list is expected.
+        load_from = self.load_from
+        if isinstance(load_from, (str, os.PathLike)):
+            load_from = (load_from,)
+        object.__setattr__(self, "load_from", tuple(Path(p) for p in load_from))
+        for name in ("cache_dir", "dump_to"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
         if self.cache_mode not in ("update", "read"):
             raise FlagError(
                 f"--autotune_cache_mode={self.cache_mode}: must be 'update' or 'read'.\n"
@@ -38,11 +47,6 @@ class Settings:
         if self.compile_workers < 1:
             raise FlagError(f"--autotune_compile_workers={self.compile_workers}: must be >= 1")
 
-    @property
-    def active(self) -> bool:
-        """Whether any flag asks for persistence at all."""
-        return bool(self.cache_dir or self.load_from or self.dump_to or self.require_complete
-                    or self.remote_cache)
 
 
 def resolve_path(value: str, flag: str, env: Mapping[str, str], *, create_parent: bool) -> Path:
@@ -119,7 +123,7 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _need(f, v)),
     _Flag("load_autotune_results_from", "load_from", "PATH[,PATH...]  results files to load",
           lambda f, v, env: tuple(
-              resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(",") if p)),
+              resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(","))),
     _Flag("dump_autotune_results_to", "dump_to", "PATH  write every entry used or produced",
           lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
     _Flag("require_complete_autotune_results", "require_complete",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -65,7 +66,7 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
         else:
             msg.ParseFromString(data)
     except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
-        detail = str(e)
+        detail = str(e).rstrip(".")
         hint = "Regenerate it, or check it with `autotune-cache verify`."
         if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
             hint = newer_schema_hint
@@ -73,6 +74,17 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
             hint = "It looks like text: give it a .textproto extension."
         raise CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}") from e
     return msg
+
+
+_TEXT_VERSION = re.compile(rb"^\s*version\s*:\s*(\d+)", re.MULTILINE)
+
+
+def _version_error(path: Path | str, version: int) -> VersionMismatchError:
+    return VersionMismatchError(
+        f"{path}: results file has version {version}, but this autotune_cache reads version "
+        f"{FORMAT_VERSION}. Regenerate the file with this version, or use the autotune_cache "
+        "release that wrote it."
+    )
 
 
 def parse_results(
@@ -83,14 +95,17 @@ def parse_results(
     if not data.strip():
         raise CorruptFileError(f"{path}: is empty, not an autotune results file. Regenerate it "
                                "(a dump always writes at least `version: 1`).")
-    msg = parse_message(data, pb.AutotuneResultsFile, path, text=text,
-                        what="autotune results file")
+    try:
+        msg = parse_message(data, pb.AutotuneResultsFile, path, text=text,
+                            what="autotune results file")
+    except CorruptFileError:
+        # A newer schema may add fields this release cannot parse: name the versions instead.
+        found = _TEXT_VERSION.search(data) if text else None
+        if found and int(found.group(1)) != FORMAT_VERSION:
+            raise _version_error(path, int(found.group(1))) from None
+        raise
     if msg.version != FORMAT_VERSION:
-        raise VersionMismatchError(
-            f"{path}: results file has version {msg.version}, but this autotune_cache reads "
-            f"version {FORMAT_VERSION}. Regenerate the file with this version, or use the "
-            "autotune_cache release that wrote it."
-        )
+        raise _version_error(path, msg.version)
     for i, entry in enumerate(msg.entries):
         if not entry.key.kernel:
             raise CorruptFileError(f"{path}: entry {i} has no key.kernel; the file is damaged.")

@@ -45,7 +45,10 @@ class ResultSet(Protocol):
 
     def problems(self) -> list[str]: ...
 
-    def temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]: ...
+    def leftovers(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Files `prune` deletes besides dropped entries (abandoned temp files, stale locks,
+        damaged or misnamed entries of our own directories)."""
+        ...
 
 
 class Format(Protocol):
@@ -83,6 +86,7 @@ class OurResults:
     entries: dict[str, pb.Entry]
     sources: dict[str, str] = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)
+    damaged_paths: list[Path] = field(default_factory=list)
     origin: Path | None = None
     format_name: str = "autotune_cache"
 
@@ -131,9 +135,14 @@ class OurResults:
     def problems(self) -> list[str]:
         return list(self.damaged)
 
-    def temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
-        """Temp files abandoned by killed writers in the directory this set was loaded from."""
-        return DirectoryStore(self.origin).temp_files(older_than) if self.origin else []
+    def leftovers(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Abandoned temp files, stale lock files and damaged or misnamed entry files of the
+        directory this set was loaded from."""
+        if self.origin is None:
+            return []
+        store = DirectoryStore(self.origin)
+        return sorted([*store.temp_files(older_than), *store.lock_files(older_than),
+                       *self.damaged_paths])
 
 
 class OurFormat:
@@ -157,6 +166,7 @@ class OurFormat:
             for file, entry, problem in DirectoryStore(path).scan():
                 if entry is None:
                     result.damaged.append(problem)
+                    result.damaged_paths.append(file)
                     continue
                 digest = CacheKey.from_proto(entry.key).digest()
                 result.entries[digest] = entry

@@ -19,6 +19,7 @@ class Stats:
     hits: int = 0
     misses: int = 0
     stale: int = 0
+    incremental: int = 0
     tuned: int = 0
     peer_results: int = 0
     benchmarks: int = 0
@@ -32,9 +33,10 @@ class Stats:
             self.hits += 1
             self.saved_seconds += saved_seconds
 
-    def miss(self, stale_description: str | None = None) -> None:
+    def miss(self, stale_description: str | None = None, *, incremental: bool = False) -> None:
         with self._lock:
             self.misses += 1
+            self.incremental += incremental
             if stale_description is not None:
                 self.stale += 1
                 self.stale_keys.append(stale_description)
@@ -58,6 +60,8 @@ class Stats:
     def summary_line(self) -> str:
         line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
                 f"{self.benchmarks} benchmarks, saved ~{self.saved_seconds:.1f} s of tuning")
+        if self.incremental:
+            line += f", {self.incremental} re-tuned only new candidates"
         if self.peer_results:
             line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:

@@ -193,7 +193,7 @@ class XlaCacheSet:
                            "hlo_fingerprint; XLA can never match it. Prune it.")
         return out
 
-    def temp_files(self, older_than: float = layout.STALE_TEMP_SECONDS) -> list[Path]:
+    def leftovers(self, older_than: float = layout.STALE_TEMP_SECONDS) -> list[Path]:
         """Abandoned temp files of a per-fusion directory (none for a single file)."""
         if self.origin is None or not self.origin.is_dir():
             return []

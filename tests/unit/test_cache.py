@@ -262,3 +262,63 @@ def test_result_tuned_by_a_peer_while_waiting_counts_as_saved(tmp_path, capsys):
     assert waiter.stats.peer_results == 1 and waiter.stats.saved_seconds == 6.0
     waiter.close()
     assert "1 tuned by another process while this one waited" in capsys.readouterr().err
+
+
+def test_python_api_takes_str_paths(tmp_path):
+    path = tmp_path / "c.textproto"
+    save_results(path, [fake_tune(KEY)])
+    cache = Cache(Settings(load_from=str(path), dump_to=str(tmp_path / "d.textproto"),
+                           cache_dir=str(tmp_path / "dir")))
+    assert cache.lookup(KEY) is not None
+    cache.close()
+    assert len(load_results(tmp_path / "d.textproto")) == 1
+
+
+def test_unwritable_dump_path_fails_at_startup_naming_the_flag(tmp_path):
+    from autotune_cache import CacheDirError
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CacheDirError, match="--dump_autotune_results_to=.*cannot create"):
+        Cache(Settings(dump_to=tmp_path / "file" / "d.textproto"))
+    with pytest.raises(CacheDirError, match="is a directory"):
+        Cache(Settings(dump_to=tmp_path))
+
+
+def test_lock_directory_in_the_way_is_a_clear_error(tmp_path):
+    from autotune_cache import CacheDirError
+
+    cache = Cache(Settings(cache_dir=tmp_path))
+    (tmp_path / ".locks").write_text("")
+    with pytest.raises(CacheDirError, match="cannot create the lock directory"), \
+            cache.tune_lock(KEY):
+        pass
+
+
+def test_candidate_list_change_is_incremental_not_stale(tmp_path):
+    cache = Cache(Settings(cache_dir=tmp_path))
+    cache.record(fake_tune(make_key(configs="old-list")))
+    fresh = Cache(Settings(cache_dir=tmp_path))
+    assert fresh.lookup(make_key(configs="new-list")) is None
+    assert (fresh.stats.stale, fresh.stats.incremental) == (0, 1)
+    assert "1 re-tuned only new candidates" in fresh.stats.summary_line()
+
+
+def test_get_cache_is_created_once_across_threads(monkeypatch):
+    import threading
+
+    import autotune_cache.cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_cache", None)
+    monkeypatch.delenv("AUTOTUNE_FLAGS", raising=False)
+    seen, barrier = [], threading.Barrier(8)
+
+    def worker():
+        barrier.wait()
+        seen.append(get_cache())
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(c) for c in seen}) == 1

@@ -126,3 +126,18 @@ def test_python_dash_m_entry_point(cache_file):
     out = subprocess.run([sys.executable, "-m", "autotune_cache", "verify", str(cache_file)],
                          capture_output=True, text=True, check=True).stdout
     assert "ok" in out and "3 entries" in out
+
+
+def test_verify_and_prune_catch_misnamed_entries_and_stale_locks(tmp_path, capsys):
+    store = DirectoryStore(tmp_path / "d")
+    right = store.put(H200_ENTRIES[0])
+    copy = store.root / ("f" * 16 + "-" + "f" * 64 + ".textproto")
+    copy.write_bytes(right.read_bytes())
+    lock = store.lock_path(make_key())
+    lock.write_text("")
+    os.utime(lock, (time.time() - 7200,) * 2)
+    assert main(["verify", str(store.root)]) == 1
+    assert "lookups never find it" in capsys.readouterr().out
+    assert main(["prune", str(store.root)]) == 0
+    assert right.exists() and not copy.exists() and not lock.exists()
+    assert main(["verify", str(store.root)]) == 0

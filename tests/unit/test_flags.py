@@ -11,7 +11,7 @@ from autotune_cache.flags import settings_from_env
 def test_empty_flags_give_defaults():
     s = parse_flags("", env={})
     assert s == Settings(compile_workers=s.compile_workers)
-    assert not s.active and s.cache_mode == "update" and s.compile_workers >= 1
+    assert s.cache_mode == "update" and s.compile_workers >= 1
 
 
 def test_every_flag(tmp_path):
@@ -24,7 +24,7 @@ def test_every_flag(tmp_path):
     assert s.cache_mode == "read"
     assert s.load_from == (Path("a.textproto"), Path("b.pb"))
     assert s.dump_to == tmp_path / "o.pb"
-    assert s.require_complete is True and s.compile_workers == 3 and s.active
+    assert s.require_complete is True and s.compile_workers == 3
 
 
 @pytest.mark.parametrize("value,expected", [("", True), ("=true", True), ("=1", True),

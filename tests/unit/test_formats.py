@@ -87,3 +87,10 @@ def test_size_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(formats, "MAX_FILE_BYTES", 100)
     with pytest.raises(CorruptFileError, match="larger than the .* limit"):
         load_results(path)
+
+
+def test_newer_file_with_unknown_fields_names_both_versions(tmp_path):
+    path = tmp_path / "newer.textproto"
+    path.write_text("version: 2\nentries { key { kernel: 'k' } shiny_new_field: 3 }\n")
+    with pytest.raises(VersionMismatchError, match="version 2.*reads version 1"):
+        load_results(path)

@@ -394,7 +394,7 @@ def test_temp_files_are_ignored_and_reported(tmp_path):
     (tmp_path / "f" / "tmp" / "tmp_456").write_bytes(b"in flight")
     rs = NEW.load(tmp_path / "f")
     assert len(rs.rows()) == 16 and rs.problems() == []
-    assert rs.temp_files() == [stale]
+    assert rs.leftovers() == [stale]
 
 
 @pytest.mark.parametrize("device", ["..", "../../etc", "a/b", ""])
