@@ -115,7 +115,8 @@ class Cache:
             # reused by an incremental re-tune.
             stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
                      or f.key.device != key.device or f.key.toolchain != key.toolchain]
-            self.stats.miss(key.describe() if stale else None, incremental=bool(near) and not stale)
+            self.stats.miss(key.describe() if stale else None,
+                            candidates_changed=bool(near) and not stale)
             if stale:
                 log.warning("autotune_cache: stale cache for %s: %s", key.describe(),
                             "; ".join(", ".join(key.stale_reasons(f.key)) for f in stale))

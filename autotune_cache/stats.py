@@ -19,7 +19,7 @@ class Stats:
     hits: int = 0
     misses: int = 0
     stale: int = 0
-    incremental: int = 0
+    candidates_changed: int = 0
     tuned: int = 0
     peer_results: int = 0
     benchmarks: int = 0
@@ -33,10 +33,11 @@ class Stats:
             self.hits += 1
             self.saved_seconds += saved_seconds
 
-    def miss(self, stale_description: str | None = None, *, incremental: bool = False) -> None:
+    def miss(self, stale_description: str | None = None, *,
+             candidates_changed: bool = False) -> None:
         with self._lock:
             self.misses += 1
-            self.incremental += incremental
+            self.candidates_changed += candidates_changed
             if stale_description is not None:
                 self.stale += 1
                 self.stale_keys.append(stale_description)
@@ -60,8 +61,8 @@ class Stats:
     def summary_line(self) -> str:
         line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
                 f"{self.benchmarks} benchmarks, saved ~{self.saved_seconds:.1f} s of tuning")
-        if self.incremental:
-            line += f", {self.incremental} re-tuned only new candidates"
+        if self.candidates_changed:
+            line += f", {self.candidates_changed} after a candidate-list change"
         if self.peer_results:
             line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:

@@ -31,12 +31,13 @@ from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton.benchlock import device_bench_lock
 from autotune_cache.triton.compile import failure_reason, precompile
 from autotune_cache.triton.configs import (
-    canonical_config,
     canonical_proto_config,
     config_from_proto,
     config_to_proto,
     configs_fingerprint,
     describe_config,
+    has_extras,
+    match_text,
 )
 from autotune_cache.triton.device import (
     current_device,
@@ -60,14 +61,35 @@ def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def recorded_timings(entries: Sequence[pb.Entry]) -> dict[str, pb.Timing]:
-    """Candidate timings from earlier tunings of the same source/device/toolchain, by canonical
-    config; where several entries timed a config, the most recently tuned one wins."""
+def recorded_timings(entries: Sequence[pb.Entry], timing_method: str) -> dict[str, pb.Timing]:
+    """Candidate timings from earlier tunings of the same source/device/toolchain that were
+    measured with `timing_method`, by canonical config; where several entries timed a config,
+    the most recently tuned one wins. Entries timed another way (the fake, wall clock, do_bench
+    with other warmup/rep, CUDA graphs, an older file without a method) are ignored: their times
+    are not comparable with the ones this run measures."""
     timings: dict[str, pb.Timing] = {}
     for entry in sorted(entries, key=lambda e: e.result.tuned_at):
+        if entry.result.timing_method != timing_method:
+            continue
         for timing in entry.result.candidates:
             timings[canonical_proto_config(timing.config)] = timing
     return timings
+
+
+def match_candidates(entry: pb.Entry, configs: Sequence[Any]) -> list[tuple[Any, pb.Timing]]:
+    """(candidate, its recorded Timing) pairs. A recorded Config holds only meta-parameters and
+    launch options, so candidates are matched on those (match_text); each recorded timing goes to
+    the first candidate with that text not matched yet, so candidates that differ only in their
+    pre_hook or ir_override pair up with their timings in candidate order."""
+    free: dict[str, list[Any]] = {}
+    for config in configs:
+        free.setdefault(match_text(config), []).append(config)
+    pairs = []
+    for timing in entry.result.candidates:
+        waiting = free.get(canonical_proto_config(timing.config))
+        if waiting:
+            pairs.append((waiting.pop(0), timing))
+    return pairs
 
 
 class Autotuner(_TritonAutotuner):
@@ -98,6 +120,9 @@ class Autotuner(_TritonAutotuner):
         self.bench_time = 0.0
         self.last_entry: pb.Entry | None = None
         self._source_fingerprint: str | None = None
+        # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
+        # kernel's), so an edit to the file after import is not mistaken for the running code.
+        self._heuristics_fingerprint = heuristics_fingerprint(fn)
 
     # ----- key -------------------------------------------------------------------------------
 
@@ -106,7 +131,7 @@ class Autotuner(_TritonAutotuner):
         """Hash of the kernel source, its @jit dependencies and any @heuristics between."""
         if self._source_fingerprint is None:
             fingerprint = source_fingerprint(self.fn)
-            heuristics = heuristics_fingerprint(self.fn)
+            heuristics = self._heuristics_fingerprint
             if heuristics:
                 fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
             self._source_fingerprint = fingerprint
@@ -167,32 +192,35 @@ class Autotuner(_TritonAutotuner):
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
         entry = cache.lookup(key)
+        winner = None
         if entry is None:
+            # `shared`: the lock is held on the cache directory or the remote server, so a peer
+            # that held it before us may have recorded this key; refresh() re-reads those tiers.
             with cache.tune_lock(key) as shared:
-                entry = cache.refresh(key) if shared else None  # a peer may have tuned it
+                entry = cache.refresh(key) if shared else None
                 if entry is None:
-                    entry = self._tune(key, pruned, args, kwargs, cache)
+                    entry, winner = self._tune(key, pruned, args, kwargs, cache)
         self.last_entry = entry
-        self._load_timings(entry, pruned)
-        return self._winner(entry, pruned)
-
-    def _load_timings(self, entry: pb.Entry, configs: Sequence[Any]) -> None:
-        by_text = {canonical_config(c): c for c in configs}
-        timings: dict[Any, list[float]] = {}
-        for timing in entry.result.candidates:
-            config = by_text.get(canonical_proto_config(timing.config))
-            if config is not None:
-                ms = float("inf") if timing.failure else timing.time_ms
-                timings[config] = [ms] * len(bench_mod.QUANTILES)
-        self.configs_timings = timings
+        pairs = match_candidates(entry, pruned)
+        self.configs_timings = {
+            config: [float("inf") if t.failure else t.time_ms] * len(bench_mod.QUANTILES)
+            for config, t in pairs}
+        return winner if winner is not None else self._winner(entry, pairs)
 
     @staticmethod
-    def _winner(entry: pb.Entry, configs: Sequence[Any]) -> Any:
-        """The candidate equal to the recorded winner (keeping its pre_hook), else a rebuilt one."""
+    def _winner(entry: pb.Entry, pairs: Sequence[tuple[Any, pb.Timing]]) -> Any:
+        """The candidate object that won (so its pre_hook and ir_override run at launch).
+
+        Among candidates with the winner's parameters it is the one whose recorded time is the
+        winning time; a rebuilt config is only a fallback for an entry that matches no candidate
+        (which a hit, keyed by the candidate list, never is)."""
         wanted = canonical_proto_config(entry.result.config)
-        for config in configs:
-            if canonical_config(config) == wanted:
+        same = [(c, t) for c, t in pairs if canonical_proto_config(t.config) == wanted]
+        for config, timing in same:
+            if not timing.failure and timing.time_ms == entry.result.time_ms:
                 return config
+        if same:
+            return same[0][0]
         return config_from_proto(entry.result.config)
 
     # ----- tuning ----------------------------------------------------------------------------
@@ -244,15 +272,21 @@ class Autotuner(_TritonAutotuner):
         return timing
 
     def _tune(self, key: CacheKey, configs: Sequence[Any], args: Sequence[Any],
-              kwargs: dict[str, Any], cache: Cache) -> pb.Entry:
-        """Benchmark what has no recorded timing, pick the fastest, record and return the entry."""
+              kwargs: dict[str, Any], cache: Cache) -> tuple[pb.Entry, Any]:
+        """Benchmark what has no recorded timing, pick the fastest, record the entry; returns it
+        with the winning candidate object.
+
+        Timings are reused only from entries measured with this run's timing method, and never
+        for a candidate with a pre_hook or ir_override (the results file cannot say whether the
+        recorded timing was measured with the same one)."""
         started = time.perf_counter()
-        recorded = recorded_timings(cache.same_source(key))
-        texts = [canonical_config(c) for c in configs]
-        todo = [i for i, text in enumerate(texts) if text not in recorded]
         benchmark = bench_mod.choose_benchmark(
             interpreter=interpreter_active(), do_bench=self.user_do_bench,
             warmup=self.bench_warmup, rep=self.bench_rep, use_cuda_graph=self.use_cuda_graph)
+        recorded = recorded_timings(cache.same_source(key), benchmark.method)
+        texts = [match_text(c) for c in configs]
+        todo = [i for i, text in enumerate(texts)
+                if text not in recorded or has_extras(configs[i])]
         fake = benchmark.method == "fake"
         problem = problem_key(self.arg_names, self.keys, {**self.nargs, **kwargs})
         progress = Progress(self.kernel_name, key.problem, str(key.device),
@@ -303,7 +337,7 @@ class Autotuner(_TritonAutotuner):
         ))
         cache.record(entry, benchmarks=len(todo) - len(failures))
         progress.finished(describe_config(configs[best]), best_ms, seconds)
-        return entry
+        return entry, configs[best]
 
 
 def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any] | None = None,

@@ -63,6 +63,22 @@ class Benchmark(Protocol):
                  problem: Mapping[str, Any]) -> list[float]: ...
 
 
+DEFAULT_WARMUP_MS = 25.0
+DEFAULT_REP_MS = 100.0
+
+
+def gpu_timing_method(warmup: float, rep: float, use_cuda_graph: bool) -> str:
+    """The recorded `timing_method` of a GPU benchmark. Timings are only reused between entries
+    with equal methods, so everything that changes how a time is measured is in the name:
+    `do_bench` / `cuda_graph` with the default warmup and rep, else e.g.
+    `do_bench(warmup=10,rep=50)` or `cuda_graph(rep=50)` (CUDA-graph timing has no warmup)."""
+    if use_cuda_graph:
+        return "cuda_graph" if rep == DEFAULT_REP_MS else f"cuda_graph(rep={rep:g})"
+    if (warmup, rep) == (DEFAULT_WARMUP_MS, DEFAULT_REP_MS):
+        return "do_bench"
+    return f"do_bench(warmup={warmup:g},rep={rep:g})"
+
+
 @dataclass
 class GpuBenchmark:
     """`triton.testing.do_bench` semantics with two host syncs per config instead of three.
@@ -72,12 +88,12 @@ class GpuBenchmark:
     events and all of them are read after one final synchronize. With `use_cuda_graph`, timing
     follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed)."""
 
-    warmup: float = 25.0
-    rep: float = 100.0
+    warmup: float = DEFAULT_WARMUP_MS
+    rep: float = DEFAULT_REP_MS
     use_cuda_graph: bool = False
 
     def __post_init__(self) -> None:
-        self.method = "cuda_graph" if self.use_cuda_graph else "do_bench"
+        self.method = gpu_timing_method(self.warmup, self.rep, self.use_cuda_graph)
         self._flush_buffer: Any = None
 
     def __call__(self, kernel_call: Callable[[], Any], config: Any,
@@ -186,6 +202,6 @@ def choose_benchmark(*, interpreter: bool, do_bench: Callable[..., Any] | None,
         return UserBenchmark(do_bench)
     if interpreter:
         return WallClockBenchmark()
-    return GpuBenchmark(warmup=25.0 if warmup is None else float(warmup),
-                        rep=100.0 if rep is None else float(rep),
+    return GpuBenchmark(warmup=DEFAULT_WARMUP_MS if warmup is None else float(warmup),
+                        rep=DEFAULT_REP_MS if rep is None else float(rep),
                         use_cuda_graph=use_cuda_graph)

@@ -22,15 +22,20 @@ LOCK_DIR_ENV = "AUTOTUNE_BENCH_LOCK_DIR"
 DEFAULT_TIMEOUT_S = 600.0
 
 
+def default_lock_dir() -> Path:
+    """<tmp>/autotune_cache_bench_locks: shared by every user's tests on this machine."""
+    return Path(tempfile.gettempdir()) / "autotune_cache_bench_locks"
+
+
 def lock_dir() -> Path:
-    """Where device locks live: $AUTOTUNE_BENCH_LOCK_DIR, else <tmp>/autotune_cache_bench_locks.
+    """Where device locks live: $AUTOTUNE_BENCH_LOCK_DIR, else default_lock_dir().
 
     Processes must agree on this directory to exclude each other; under a Bazel sandbox that
     hides /tmp, set AUTOTUNE_BENCH_LOCK_DIR to a path allowed with --sandbox_writable_path."""
     configured = os.environ.get(LOCK_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(tempfile.gettempdir()) / "autotune_cache_bench_locks"
+    return default_lock_dir()
 
 
 @contextlib.contextmanager
@@ -44,8 +49,10 @@ def device_bench_lock(identity: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iter
     directory = lock_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        if directory.stat().st_uid == os.getuid():
-            directory.chmod(0o1777)  # shared by every user's tests on this machine
+        # Only our own default directory is made world-writable (with the sticky bit), so other
+        # users' tests can lock it too; a configured directory's permissions are the user's.
+        if directory == default_lock_dir() and directory.stat().st_uid == os.getuid():
+            directory.chmod(0o1777)
     except OSError as e:
         print(f"autotune_cache: benchmarking without the device lock ({directory}: {e.strerror})",
               file=sys.stderr)

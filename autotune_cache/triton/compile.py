@@ -14,7 +14,6 @@ start immediately.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -92,8 +91,3 @@ def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                 except Exception as e:
                     failures[i] = failure_reason(e)
     return failures
-
-
-def default_workers() -> int:
-    """CPU count, the default of --autotune_compile_workers."""
-    return os.cpu_count() or 1

@@ -32,9 +32,12 @@ def _config_options(config: Any) -> dict[str, Any]:
 
 
 def canonical_config(config: Any) -> str:
-    """Stable one-line text of a triton.Config: sorted meta-parameters, then launch options.
+    """Stable one-line text of a triton.Config: sorted meta-parameters, then launch options, then
+    `;ir_override=…;pre_hook=module.qualname` when the config has them.
 
-    Used to match a candidate with a recorded timing; also names a config in progress lines."""
+    Used for the candidate-list fingerprint and to name a config in progress lines. It is *not*
+    what matches a candidate with a recorded Config: the results file holds no hook or override,
+    so use match_text() for that."""
     extra = []
     if getattr(config, "ir_override", None):
         extra.append(f"ir_override={config.ir_override}")
@@ -46,11 +49,25 @@ def canonical_config(config: Any) -> str:
 
 
 def canonical_proto_config(msg: pb.Config) -> str:
-    """Canonical text of a recorded Config; equals canonical_config() of the same triton.Config
-    (configs with pre_hook or ir_override never match a recorded one, on purpose)."""
+    """Canonical text of a recorded Config: meta-parameters and launch options only. Equals
+    match_text() of the triton.Config it was recorded from (and canonical_config() when that
+    config has no pre_hook or ir_override)."""
     params = {p.name: _param_value(p) for p in msg.params}
     options = {k: getattr(msg, k) for k in _OPTIONS if msg.HasField(k)}
     return _canonical(params, options)
+
+
+def match_text(config: Any) -> str:
+    """The text that matches a triton.Config with a recorded Config: what the results file keeps
+    of it (meta-parameters and launch options), without pre_hook or ir_override."""
+    return canonical_proto_config(config_to_proto(config))
+
+
+def has_extras(config: Any) -> bool:
+    """Whether the config carries something the results file cannot record (a pre_hook or an
+    ir_override), so that a timing recorded for its parameters may not be its own."""
+    return (bool(getattr(config, "ir_override", None))
+            or getattr(config, "pre_hook", None) is not None)
 
 
 def configs_fingerprint(configs: Iterable[Any]) -> str:

@@ -7,6 +7,24 @@ that matter for committed cache files:
 * line numbers are left out, so adding an import above a kernel does not stale its results;
 * it works the same under TRITON_INTERPRET=1 (where kernels are `InterpretedFunction`s that have no
   `cache_key`) and on a GPU, so the CPU and GPU entries of one kernel share a fingerprint.
+
+What is hashed, for the kernel and, recursively, for every @triton.jit function it references:
+
+* the source from the `def` line on: a JITFunction's `.src`, the text Triton captured when the
+  decorator ran and compiles (editing the file afterwards changes neither); under the interpreter,
+  which has no `.src` and reads the file itself at the first launch, `inspect.getsource`;
+* the value of every name the body loads that resolves, in the function's closure or globals, to
+  a bool / int / float / str / None or a `tl.constexpr` of one (`BLOCK`, `SCALE`);
+* the value of every `name.attr` where `name` is a module (not triton's) or a class and the
+  attribute is such a scalar (`cfg.BLOCK`, `Consts.EPS`), and the source of `name.attr` when it is
+  a @triton.jit function (`helpers.fma`).
+
+Not covered: values read through longer chains (`a.b.c`), attributes of other objects (instances,
+dicts, SimpleNamespace), containers (`SIZES[0]`), non-scalar values (tensors, dtypes), default
+argument values beyond their source text, and anything the kernel reaches only at run time (Python
+functions called from `@triton.heuristics` / `prune_configs_by`, whose own sources are not
+hashed: only the heuristics' lambdas are, see heuristics_fingerprint). Values are read at the
+first launch; Triton itself refuses to run a kernel whose global constexprs changed after that.
 """
 
 from __future__ import annotations
@@ -49,10 +67,25 @@ def _is_jit_like(value: Any) -> bool:
 
 
 def _function_source(fn: Callable[..., Any]) -> str:
-    """The function's source from its `def` line on (decorators dropped), dedented."""
+    """The function's source from its `def` line on (decorators dropped), dedented: Triton's own
+    recipe for `JITFunction.src`."""
     src = textwrap.dedent(inspect.getsource(fn))
     match = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
     return src[match.start():] if match else src
+
+
+def _kernel_source(kernel: Any, fn: Callable[..., Any]) -> str:
+    """The source Triton compiles for `kernel`: the `.src` of the first JIT function in its
+    wrapper chain, read when the decorator ran, so an edit to the file after import is not
+    hashed; without one (the interpreter, old Triton versions) the file's current text, which is
+    what the interpreter itself reads when it first runs the kernel."""
+    node = kernel
+    while node is not None and node is not fn:
+        src = getattr(type(node), "src", None) and getattr(node, "src", None)
+        if isinstance(src, str):
+            return src
+        node = getattr(node, "fn", None)
+    return _function_source(fn)
 
 
 def _scalar_repr(value: Any) -> str | None:
@@ -79,11 +112,17 @@ def _referenced_names(tree: ast.AST) -> list[tuple[str, str | None]]:
     return sorted(set(refs), key=lambda r: (r[0], r[1] or ""))
 
 
-def _resolve(fn: Callable[..., Any], name: str, attr: str | None) -> Any:
-    """Look `name` (and then `.attr`) up the way the kernel would: closure, then globals."""
+def _scope(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The names the kernel body can read: globals, overridden by closure variables."""
     scope: dict[str, Any] = dict(fn.__globals__)
     with contextlib.suppress(TypeError, ValueError):  # exotic callables have no closure info
         scope.update(inspect.getclosurevars(fn).nonlocals)
+    return scope
+
+
+def _resolve(scope: dict[str, Any], name: str, attr: str | None) -> Any:
+    """Look `name` (and then `.attr`) up the way the kernel would; None when not found, or when
+    `name` is not a module or class (attributes of other objects are not followed)."""
     if name not in scope:
         return None
     value = scope[name]
@@ -93,19 +132,22 @@ def _resolve(fn: Callable[..., Any], name: str, attr: str | None) -> Any:
         if value.__name__.startswith(_IGNORED_MODULE_PREFIXES) or value.__name__ == "triton":
             return None
         return getattr(value, attr, None)
+    if isinstance(value, type):
+        return inspect.getattr_static(value, attr, None)
     return None
 
 
-def _fingerprint(fn: Callable[..., Any], stack: tuple[int, ...]) -> str:
+def _fingerprint(kernel: Any, fn: Callable[..., Any], stack: tuple[int, ...]) -> str:
     hasher = hashlib.sha256(f"v{FINGERPRINT_VERSION}\n".encode())
-    src = _function_source(fn)
+    src = _kernel_source(kernel, fn)
     hasher.update(src.encode())
     tree = ast.parse(src)
     local_args = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    scope = _scope(fn)
     for name, attr in _referenced_names(tree):
-        if attr is None and name in local_args:
+        if name in local_args:
             continue
-        value = _resolve(fn, name, attr)
+        value = _resolve(scope, name, attr)
         label = name if attr is None else f"{name}.{attr}"
         if value is None:
             continue
@@ -114,18 +156,20 @@ def _fingerprint(fn: Callable[..., Any], stack: tuple[int, ...]) -> str:
             if id(inner) in stack:
                 hasher.update(f"\n{label}->recursive".encode())
                 continue
-            hasher.update(f"\n{label}->{_fingerprint(inner, stack + (id(inner),))}".encode())
+            hasher.update(
+                f"\n{label}->{_fingerprint(value, inner, stack + (id(inner),))}".encode())
             continue
         scalar = _scalar_repr(value)
-        if scalar is not None and attr is None and name in fn.__globals__:
+        if scalar is not None:
             hasher.update(f"\n{label}={scalar}".encode())
     return hasher.hexdigest()
 
 
 def source_fingerprint(kernel: Any) -> str:
-    """Hex SHA-256 of the kernel's source, its @triton.jit dependencies and global constants."""
+    """Hex SHA-256 of the kernel's source, its @triton.jit dependencies and the constants they
+    read (see the module docstring for exactly what is and is not covered)."""
     fn = python_function(kernel)
-    return _fingerprint(fn, (id(fn),))
+    return _fingerprint(kernel, fn, (id(fn),))
 
 
 def heuristics_fingerprint(kernel: Any) -> str:

@@ -37,8 +37,15 @@ def test_benchmark_choice() -> None:
 
     gpu = pick(warmup=5, rep=20)
     assert isinstance(gpu, bench.GpuBenchmark) and (gpu.warmup, gpu.rep) == (5.0, 20.0)
-    assert gpu.method == "do_bench"
+    # Timings are reused only between equal methods, so warmup / rep are part of the name
+    # (the defaults keep the plain name that committed entries carry).
+    assert gpu.method == "do_bench(warmup=5,rep=20)"
+    assert pick().method == "do_bench"
+    assert pick(warmup=25, rep=100.0).method == "do_bench"
+    assert pick(rep=50).method == "do_bench(warmup=25,rep=50)"
     assert pick(use_cuda_graph=True).method == "cuda_graph"
+    assert pick(use_cuda_graph=True, warmup=5).method == "cuda_graph"  # graphs have no warmup
+    assert pick(use_cuda_graph=True, rep=20).method == "cuda_graph(rep=20)"
     assert pick(interpreter=True).method == "wallclock-interpreter"
     assert pick(interpreter=True, do_bench=lambda f, quantiles: 1.0).method == "user-do_bench"
     with fake_benchmark(lambda config, problem: 1.0):

@@ -34,3 +34,23 @@ def test_second_holder_waits_then_gives_up_with_a_warning(
         assert locked
     assert "still held" in capsys.readouterr().err
     assert (tmp_path / "bench-GPU-1234.lock").exists()
+
+
+def test_only_the_default_lock_directory_is_made_world_writable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    configured = tmp_path / "mine"
+    configured.mkdir(mode=0o700)
+    configured.chmod(0o700)
+    monkeypatch.setenv("AUTOTUNE_BENCH_LOCK_DIR", str(configured))
+    with device_bench_lock("GPU-1") as locked:
+        assert locked
+    assert configured.stat().st_mode & 0o7777 == 0o700  # the user's directory, left alone
+
+    monkeypatch.delenv("AUTOTUNE_BENCH_LOCK_DIR")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with device_bench_lock("GPU-1") as locked:
+        assert locked
+    assert (tmp_path / "tmp" / "autotune_cache_bench_locks").stat().st_mode & 0o7777 == 0o1777

@@ -299,8 +299,8 @@ def test_candidate_list_change_is_incremental_not_stale(tmp_path):
     cache.record(fake_tune(make_key(configs="old-list")))
     fresh = Cache(Settings(cache_dir=tmp_path))
     assert fresh.lookup(make_key(configs="new-list")) is None
-    assert (fresh.stats.stale, fresh.stats.incremental) == (0, 1)
-    assert "1 re-tuned only new candidates" in fresh.stats.summary_line()
+    assert (fresh.stats.stale, fresh.stats.candidates_changed) == (0, 1)
+    assert "1 after a candidate-list change" in fresh.stats.summary_line()
 
 
 def test_get_cache_is_created_once_across_threads(monkeypatch):
