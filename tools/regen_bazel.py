@@ -31,6 +31,18 @@ class RegenError(Exception):
     """Something regen_cache cannot do; the message names the target/file and the fix."""
 
 
+class BazelCommandError(RegenError):
+    """A Bazel command exited non-zero; `returncode` is its exit code."""
+
+    def __init__(self, message: str, returncode: int) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+# Bazel's exit code for a bad command line (e.g. an option the command does not take).
+BAZEL_COMMAND_LINE_ERROR = 2
+
+
 def tag_regex(tag: str) -> str:
     """A `bazel query attr(tags, ...)` regex matching exactly one tag in "[a, b, c]"."""
     return f"[\\[ ]{tag}[,\\]]"
@@ -104,9 +116,10 @@ class Bazel:
                 f"Bazel binary {self.binary!r} not found; pass --bazel=PATH (bazel or bazelisk)."
             ) from None
         if done.returncode != 0:
-            raise RegenError(
+            raise BazelCommandError(
                 f"`{' '.join(argv)}` failed (exit {done.returncode}) in {self.workspace}:\n"
-                f"{done.stderr.strip()}"
+                f"{done.stderr.strip()}",
+                done.returncode,
             )
         return done.stdout
 
@@ -158,16 +171,32 @@ def parse_dump_targets(query_xml: str) -> list[DumpTarget]:
     return [found[label] for label in sorted(found)]
 
 
-def find_dump_targets(bazel: Bazel, patterns: Sequence[str]) -> list[DumpTarget]:
+def find_dump_targets(
+    bazel: Bazel, patterns: Sequence[str], flags: Sequence[str] = ()
+) -> list[DumpTarget]:
     """The dump targets for `patterns`: dumps they name, plus the dumps of autotuned tests
-    they name. With no pattern: every autotuned test in the workspace (`//...`)."""
+    they name. With no pattern: every autotuned test in the workspace (`//...`).
+
+    `flags` (the user's --bazel_flag values) go to `bazel query` too, so that flags that change
+    what is loaded (--override_repository, --enable_bzlmod, ...) apply to it. Many `bazel test`
+    flags are not query options, though (--test_env, or --config=X when only `build:X` is
+    defined): when Bazel rejects the command line (exit 2), the query runs without them.
+    """
     universe = _union(patterns or ["//..."])
-    tests = bazel.capture(
-        "query", f'attr(tags, "{tag_regex(AUTOTUNED_TAG)}", {universe})', "--output=label"
-    ).split()
+    tests_expression = f'attr(tags, "{tag_regex(AUTOTUNED_TAG)}", {universe})'
+    flags = list(flags)
+    try:
+        tests = bazel.capture("query", *flags, tests_expression, "--output=label").split()
+    except BazelCommandError as e:
+        if not flags or e.returncode != BAZEL_COMMAND_LINE_ERROR:
+            raise
+        print(f"regen_cache: `bazel query` does not take {' '.join(flags)}; querying without "
+              "--bazel_flag values (they still go to `bazel test`)", file=sys.stderr, flush=True)
+        flags = []
+        tests = bazel.capture("query", tests_expression, "--output=label").split()
     dumps_of_tests = [normalize_label(t) + DUMP_SUFFIX for t in tests]
     expression = f'attr(tags, "{tag_regex(DUMP_TAG)}", {_union([universe, *dumps_of_tests])})'
-    return parse_dump_targets(bazel.capture("query", expression, "--output=xml"))
+    return parse_dump_targets(bazel.capture("query", *flags, expression, "--output=xml"))
 
 
 def _bep_events(bep_json: Path) -> list[dict]:

@@ -36,12 +36,17 @@ from regen_bazel import (
     read_test_dirs,
     read_test_statuses,
 )
-from regen_diff import Change, compare, keep_other_devices
+from regen_diff import Change, committed_bytes, compare
 from regen_scheduler import SchedulerError, detect_gpus, make_plan, parse_gpu_flag
 
 from autotune_cache.atomic import write_atomic
+from autotune_cache.errors import AutotuneCacheError
 
 PIN_SCRIPT = Path(__file__).resolve().with_name("regen_gpu_pin.py")
+
+# `bazel test` exit codes after which the tests did run: 0 (all passed), 3 (some failed).
+# Anything else (1 build failure, 2 bad command line, 8 interrupted, ...) means they may not.
+BAZEL_TEST_RAN = (0, 3)
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="FLAG",
-        help="extra flag for the `bazel test` run, e.g. --bazel_flag=--config=gpu (repeatable)",
+        help="extra flag for the `bazel test` run and, when query takes them all, the "
+        "`bazel query` that finds the targets, e.g. --bazel_flag=--config=gpu (repeatable)",
     )
     parser.add_argument(
         "--check",
@@ -105,13 +111,21 @@ def log(message: str) -> None:
 
 
 def regenerate_one(
-    target: DumpTarget, status: str, test_dir: Path, workspace: Path, check: bool
+    target: DumpTarget, status: str, test_dir: Path, workspace: Path, check: bool,
+    build_exit: int = 0,
 ) -> Outcome:
-    """Reads one dump's output and writes it over the committed cache (unless `check`)."""
+    """Reads one dump's output and writes it over the committed cache (unless `check`).
+
+    `build_exit` is the exit code of the `bazel test` run; a target without a test status after
+    a failed build is reported as such. Unreadable or unmergeable files (AutotuneCacheError)
+    and unwritable destinations become this target's failure, not the whole run's.
+    """
     if status != "PASSED":
-        return Outcome(target, status,
-                       problem=f"the dump test {status.lower()}; see {test_dir / 'test.log'}")
-    dumped = read_dump(test_dir)
+        return Outcome(target, status, problem=_not_passed(status, test_dir, build_exit))
+    try:
+        dumped = read_dump(test_dir)
+    except RegenError as e:
+        return Outcome(target, status, problem=str(e))
     if dumped is None:
         return Outcome(
             target,
@@ -120,19 +134,36 @@ def regenerate_one(
             "autotuned kernel? XLA on CPU writes nothing); the committed cache is left as is",
         )
     destination = workspace / target.cache_path
-    old = destination.read_bytes() if destination.is_file() else None
-    dumped = keep_other_devices(old, dumped, destination.suffix)
-    change = compare(old, dumped, destination.suffix)
-    if change.differs and not check:
-        write_atomic(destination, dumped)
+    try:
+        old = destination.read_bytes() if destination.is_file() else None
+        new = committed_bytes(old, dumped, destination.suffix)
+        change = compare(old, new, destination.suffix)
+        if change.differs and not check:
+            write_atomic(destination, new)
+    except (AutotuneCacheError, OSError) as e:
+        return Outcome(target, status,
+                       problem=f"{type(e).__name__}: {e}; the committed cache is left as is")
     return Outcome(target, status, change=change)
+
+
+def _not_passed(status: str, test_dir: Path, build_exit: int) -> str:
+    """Why a dump target without a PASSED status produced nothing."""
+    if status == "FAILED_TO_BUILD" or (
+            status in ("NO STATUS", "NO_STATUS") and build_exit not in BAZEL_TEST_RAN):
+        return (f"bazel test failed to build (exit {build_exit}); the dump did not run; see "
+                "Bazel's output above")
+    log = test_dir / "test.log"
+    where = f"; see {log}" if log.is_file() else " (no test.log; see Bazel's output above)"
+    if status in ("NO STATUS", "NO_STATUS"):
+        return f"Bazel reported no test status for it (exit {build_exit}){where}"
+    return f"the dump test {status.lower()}{where}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Finds, runs and harvests the dumps; returns the process exit code."""
     workspace = args.workspace or find_workspace(os.environ, Path.cwd())
     bazel = Bazel(args.bazel, workspace)
-    targets = find_dump_targets(bazel, args.patterns)
+    targets = find_dump_targets(bazel, args.patterns, args.bazel_flag)
     if not targets:
         raise RegenError(
             f"no autotuned_py_test matches {' '.join(args.patterns) or '//...'} in {workspace}."
@@ -151,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         bep = Path(scratch) / "bep.json"
         log(f"running {len(targets)} dump(s) with `{args.bazel} test` (Bazel's progress follows)")
-        bazel.stream(
+        build_exit = bazel.stream(
             "test",
             "--test_sharding_strategy=disabled",
             "--test_output=errors",
@@ -160,15 +191,20 @@ def run(args: argparse.Namespace) -> int:
             *args.bazel_flag,
             *[t.label for t in targets],
         )
+        if build_exit not in BAZEL_TEST_RAN:
+            log(f"`{args.bazel} test` exited {build_exit}: the build failed or was stopped")
         statuses = read_test_statuses(bep)
         test_dirs = read_test_dirs(bep)
     if any(t.label not in test_dirs for t in targets):
-        testlogs = Path(bazel.capture("info", "bazel-testlogs").strip())
+        # After a failed build `bazel info` may fail too; the directory then only names where
+        # a log would have been.
+        testlogs = (Path(bazel.capture("info", "bazel-testlogs").strip())
+                    if build_exit in BAZEL_TEST_RAN else workspace / "bazel-testlogs")
         for t in targets:
             test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
     outcomes = [
         regenerate_one(t, statuses.get(t.label, "NO STATUS"), test_dirs[t.label], workspace,
-                       args.check)
+                       args.check, build_exit)
         for t in targets
     ]
     return report(outcomes, args.check)
@@ -198,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return run(args)
-    except (RegenError, SchedulerError) as e:
+    except (RegenError, SchedulerError, AutotuneCacheError) as e:
         print(f"regen_cache: error: {e}", file=sys.stderr)
         return 2
 

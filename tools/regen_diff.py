@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune_cache.cli import diff_rows
+from autotune_cache.formats import is_text_path
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.readers import ResultSet, Row, load_any
+
+# The dump test always writes text (DUMP_FILE_NAME = autotune_cache.textproto in regen_bazel).
+DUMP_SUFFIX = ".textproto"
 
 
 @dataclass(frozen=True)
@@ -79,27 +83,42 @@ def _rows(data: bytes, suffix: str) -> list[Row]:
     return _load(data, suffix).rows()
 
 
-def keep_other_devices(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
-    """The new committed file: the dump, plus the committed entries of every device the dump
-    did not run on. One file serves several GPU types (and the CPU interpreter); regenerating
-    on one of them must not drop what was tuned on the others."""
-    if old is None:
-        return dumped
-    new_set = _load(dumped, suffix)
-    dumped_devices = {row.device for row in new_set.rows()}
-    old_set = _load(old, suffix)
-    others = {row.id for row in old_set.rows() if row.device not in dumped_devices}
-    if not others:
-        return dumped
-    merged = new_set.merge(old_set.select(others), prefer_other=set())
+def _save(result_set: ResultSet, suffix: str) -> bytes:
+    """The bytes of `result_set` saved through the reader layer to a file named `*<suffix>`
+    (text or binary by the extension, as every reader decides)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"merged{suffix}"
-        merged.save(path)
+        path = Path(tmp) / f"cache{suffix}"
+        result_set.save(path)
         return path.read_bytes()
 
 
+def committed_bytes(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
+    """The new committed file, in the destination's format (`suffix`: text or binary).
+
+    `dumped` is what the dump test wrote, always text (`autotune_cache.textproto`); `old` is
+    the committed file (None when there is none), in the destination's format. The result is
+    the dump plus the committed entries of every device the dump did not run on: one file
+    serves several GPU types (and the CPU interpreter), and regenerating on one of them must
+    not drop what was tuned on the others. Raises autotune_cache.errors.AutotuneCacheError
+    (CorruptFileError) when either file cannot be read or they are of different formats.
+    """
+    new_set = _load(dumped, DUMP_SUFFIX)
+    others: set[str] = set()
+    if old is not None:
+        dumped_devices = {row.device for row in new_set.rows()}
+        old_set = _load(old, suffix)
+        others = {row.id for row in old_set.rows() if row.device not in dumped_devices}
+        if others:
+            new_set = new_set.merge(old_set.select(others), prefer_other=set())
+    if not others and is_text_path(f"cache{suffix}"):
+        # Nothing merged into a text destination: keep the dump's bytes exactly.
+        return dumped
+    return _save(new_set, suffix)
+
+
 def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
-    """Compares the committed cache (None when it does not exist) with the regenerated one."""
+    """Compares the committed cache (None when it does not exist) with the regenerated one,
+    both in the destination's format (`suffix`; see committed_bytes)."""
     new_rows = _rows(new, suffix)
     if old is None:
         return Change(added=len(new_rows), created=True)

@@ -23,7 +23,12 @@ CACHE_PATH_TAG_PREFIX = "autotune_cache_path="
 _BACKENDS = ["triton", "xla"]
 
 # Variables the macro sets itself; a user value would be silently lost, so it is an error.
-_RESERVED_ENV = ["AUTOTUNE_REGEN_HINT", "AUTOTUNE_TEST_MAIN", "AUTOTUNE_DUMP_TARGET"]
+_RESERVED_ENV = [
+    "AUTOTUNE_REGEN_HINT",
+    "AUTOTUNE_TEST_MAIN",
+    "AUTOTUNE_DUMP_TARGET",
+    "AUTOTUNE_SHARD_TEST_CASES",
+]
 
 # py_test attributes that make no sense on the `.dump` target: it is never sharded and a flaky
 # retry would hide a failed dump.
@@ -69,6 +74,35 @@ def _cache_location(name, cache):
         exists = exists,
     )
 
+def _default_main(name, srcs):
+    """The src py_test would pick as the main of `name`: the one whose path ends in `<name>.py`.
+
+    Args:
+      name: the macro's `name`.
+      srcs: the `srcs` attribute.
+
+    Returns:
+      The matching entry of `srcs`, as written there.
+    """
+    if type(srcs) != "list":
+        fail(("autotuned_py_test(name = \"{}\"): srcs is not a plain list (a select()?), so " +
+              "the main cannot be found; set `main`.").format(name))
+    wanted = name + ".py"
+    matches = []
+    for src in srcs:
+        path = str(src)
+        if path == wanted or path.endswith("/" + wanted) or path.endswith(":" + wanted):
+            matches.append(src)
+    if len(matches) != 1:
+        fail(("autotuned_py_test(name = \"{}\"): {} of srcs end in \"{}\" ({}); set `main` " +
+              "to the test's main file.").format(
+            name,
+            "none" if not matches else "several",
+            wanted,
+            ", ".join([str(m) for m in matches]) or "srcs: " + ", ".join([str(s) for s in srcs]),
+        ))
+    return matches[0]
+
 def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_per_fusion_cache_dir):
     """Returns a copy of the user's env with AUTOTUNE_FLAGS or XLA_FLAGS set for one mode."""
     result = dict(env)
@@ -109,6 +143,7 @@ def autotuned_py_test(
         backend = "triton",
         require_complete = True,
         xla_per_fusion_cache_dir = None,
+        shard_test_cases = True,
         **kwargs):
     """A py_test that loads a committed autotuning cache, plus `.dump` and `.regen` targets.
 
@@ -119,8 +154,10 @@ def autotuned_py_test(
       `XLA_FLAGS=--xla_gpu_load_autotune_results_from=$(rootpath <cache>)` (backend "xla"), plus
       the require-complete flag when asked, and `AUTOTUNE_REGEN_HINT`. Tagged "autotuned".
       Sharding works as configured: with `shard_count > 1` the main runs through
-      `test_main.py`, which gives `unittest.main()` mains Bazel's sharding protocol (each shard
-      runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE).
+      `test_main.py`, which gives plain `unittest.main()` mains Bazel's sharding protocol (each
+      shard runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE); absltest's
+      own sharding is detected and left alone. A shard whose main claims no sharding support
+      fails with a message saying so.
     - `<name>.dump`: the same test dumping to
       `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto`. It also loads the existing cache,
       so only new or stale keys are tuned. `shard_count` is 1, it is tagged
@@ -134,7 +171,8 @@ def autotuned_py_test(
 
     Args:
       name: name of the load-mode test; also the prefix of `<name>.dump` and `<name>.regen`.
-      srcs: Python sources, as for py_test. `main` (default `<name>.py`) must be among them.
+      srcs: Python sources, as for py_test. `main` must be among them; by default it is the
+        one whose path ends in `<name>.py` (e.g. `tests/<name>.py`), as for py_test.
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
       data: py_test data; the cache file is appended.
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
@@ -149,6 +187,10 @@ def autotuned_py_test(
       xla_per_fusion_cache_dir: backend "xla" only: passed as
         `--xla_gpu_per_fusion_autotune_cache_dir` in both modes. XLA does not guarantee this
         per-fusion cache works together with the results file; leave it None unless needed.
+      shard_test_cases: with `shard_count > 1`, let test_main.py split the `unittest` test
+        cases over the shards (default). Set False when the main splits its work itself by
+        TEST_SHARD_INDEX / TEST_TOTAL_SHARDS and touches TEST_SHARD_STATUS_FILE; splitting
+        both ways would skip most of the work (the shard then fails and says so).
       **kwargs: anything else py_test takes (shard_count, size, timeout, tags, args, main,
         visibility, ...). `.dump` gets the same except shard_count and flaky.
     """
@@ -178,7 +220,7 @@ def autotuned_py_test(
     # Sharded load tests and every `.dump` run the user's main through test_main.py: it gives
     # unittest mains Bazel's sharding protocol, and refuses sharded dumps. py_test's default
     # main (`<name>.py`) would be `<name>.dump.py` for the dump, so main is always explicit.
-    user_main = main if main != None else name + ".py"
+    user_main = main if main != None else _default_main(name, srcs)
     wrapper = Label("//rules/private:test_main.py")
 
     load_env = _env_with_flags(
@@ -196,6 +238,8 @@ def autotuned_py_test(
     load_data = data + cache_data
     if (kwargs.get("shard_count") or 0) > 1:
         load_env["AUTOTUNE_TEST_MAIN"] = "$(rootpath {})".format(user_main)
+        if not shard_test_cases:
+            load_env["AUTOTUNE_SHARD_TEST_CASES"] = "0"
         load_srcs = srcs + [wrapper]
         load_data = load_data + [user_main]
         load_kwargs["main"] = wrapper

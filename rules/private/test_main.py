@@ -5,10 +5,15 @@ Two jobs, chosen by the environment the macro sets:
 - `<name>.dump` (AUTOTUNE_DUMP_TARGET set): a dump must see every kernel in one process, so it
   refuses to run as one of several shards. `--test_sharding_strategy=forced=K` overrides the
   `shard_count = 1` that the macro sets, so this is checked at run time.
-- a sharded load test (TEST_TOTAL_SHARDS > 1): a `unittest` main gets Bazel's sharding
+- a sharded load test (TEST_TOTAL_SHARDS > 1): a plain `unittest` main gets Bazel's sharding
   protocol: it runs only this shard's share of the test cases (round-robin over sorted test
-  ids) and touches TEST_SHARD_STATUS_FILE. Mains that do not go through `unittest.main()` run
-  unchanged and do not claim sharding support.
+  ids) and touches TEST_SHARD_STATUS_FILE. A framework that shards by itself (absltest touches
+  the status file and filters in its own loader before unittest collects the tests) is left
+  alone, so cases are never split twice. With AUTOTUNE_SHARD_TEST_CASES=0 (the macro's
+  `shard_test_cases = False`) nothing is split: the main shards its work itself.
+  After the main, a shard fails with a clear message (exit 2) when nothing claimed the
+  protocol (every shard would run everything; Bazel 7+ fails it anyway), or when the main
+  split its work itself on top of the wrapper's split (most work would be skipped).
 
 Then it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
 Standard library only: this file is also used when rules_autotune is an external repository.
@@ -88,24 +93,127 @@ def shard_suite(suite: unittest.TestSuite, index: int, total: int) -> unittest.T
     return unittest.TestSuite(cases[index::total])
 
 
-def install_unittest_sharding(env: Mapping[str, str]) -> None:
-    """Makes unittest.main() run only this shard's tests and acknowledge Bazel's sharding."""
+class Sharding:
+    """One shard of a sharded load test, and what happened to the sharding protocol in it.
+
+    (A plain class, not a dataclass: this file is also loaded outside sys.modules.)
+    """
+
+    def __init__(self, index: int, total: int, status_file: Path | None,
+                 split_cases: bool = True) -> None:
+        self.index = index
+        self.total = total
+        self.status_file = status_file
+        # Whether the wrapper may split unittest test cases (AUTOTUNE_SHARD_TEST_CASES, from
+        # the macro's `shard_test_cases`).
+        self.split_cases = split_cases
+        # Set while running: the wrapper split the cases itself / found them already split by
+        # the test framework (absltest shards in its own loader).
+        self.split_here = False
+        self.split_by_framework = False
+
+    @property
+    def touched(self) -> bool:
+        """Whether TEST_SHARD_STATUS_FILE exists (someone claimed sharding support)."""
+        return self.status_file is not None and self.status_file.exists()
+
+
+def sharding_from_env(env: Mapping[str, str]) -> Sharding | None:
+    """This process's shard when the test is sharded (TEST_TOTAL_SHARDS > 1), else None."""
     total = _total_shards(env)
     if total <= 1:
-        return
-    index = int(env.get("TEST_SHARD_INDEX", "0"))
-    status_file = env.get("TEST_SHARD_STATUS_FILE")
+        return None
+    raw_index = env.get("TEST_SHARD_INDEX", "0") or "0"
+    try:
+        index = int(raw_index)
+    except ValueError:
+        raise SystemExit(
+            f"autotuned test: TEST_SHARD_INDEX={raw_index!r} is not a number.") from None
+    status = env.get("TEST_SHARD_STATUS_FILE")
+    return Sharding(
+        index=index,
+        total=total,
+        status_file=Path(status) if status else None,
+        split_cases=env.get("AUTOTUNE_SHARD_TEST_CASES", "1") != "0",
+    )
+
+
+def _loader_is_sharded(loader: object) -> bool:
+    """Whether a test loader already filters test names per shard. absltest's loader does: it
+    replaces getTestCaseNames on the loader *instance* with its shard filter."""
+    return "getTestCaseNames" in getattr(loader, "__dict__", {})
+
+
+def install_unittest_sharding(sharding: Sharding) -> None:
+    """Makes unittest.main() run only this shard's test cases, unless the test framework has
+    already sharded them (absltest touches TEST_SHARD_STATUS_FILE and filters in its loader
+    before unittest.TestProgram collects the tests: splitting again would skip most cases)."""
     original = unittest.TestProgram.createTests
 
     def create_sharded_tests(self: unittest.TestProgram, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)  # type: ignore[arg-type]
-        self.test = shard_suite(self.test, index, total)
-        if status_file:
-            Path(status_file).touch()
-        print(f"autotuned test: shard {index + 1} of {total} runs {self.test.countTestCases()} "
-              "test case(s)", file=sys.stderr)
+        if sharding.split_here or sharding.split_by_framework:
+            return  # a second unittest.main() in the same process: decided already
+        if sharding.touched or _loader_is_sharded(getattr(self, "testLoader", None)):
+            sharding.split_by_framework = True
+            print(f"autotuned test: shard {sharding.index + 1} of {sharding.total}: the test "
+                  "framework shards the test cases itself; running its selection unchanged",
+                  file=sys.stderr)
+            return
+        self.test = shard_suite(self.test, sharding.index, sharding.total)
+        sharding.split_here = True
+        print(f"autotuned test: shard {sharding.index + 1} of {sharding.total} runs "
+              f"{self.test.countTestCases()} test case(s)", file=sys.stderr)
 
     unittest.TestProgram.createTests = create_sharded_tests  # type: ignore[method-assign]
+
+
+def finish_sharding(sharding: Sharding, target: str) -> str | None:
+    """After the user's main: acknowledges the sharding protocol for the wrapper's own split, or
+    returns the message to fail the shard with when the shard did not (or did twice) split its
+    work."""
+    touched = sharding.touched
+    if sharding.split_here and touched:
+        return (
+            f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
+            f"{sharding.total}) and test_main.py split its unittest test cases, but the test "
+            "also splits its work itself (it touched TEST_SHARD_STATUS_FILE while its cases "
+            "ran, e.g. by filtering on TEST_SHARD_INDEX): shards would skip most of the work. "
+            "Set `shard_test_cases = False` on the autotuned_py_test so that only the test "
+            "splits its work."
+        )
+    if sharding.split_here:
+        if sharding.status_file is not None:
+            sharding.status_file.touch()
+        return None
+    if touched or sharding.status_file is None:
+        # The main (or its framework) implements the protocol; or Bazel did not ask for the
+        # acknowledgement, so there is nothing to check.
+        return None
+    return (
+        f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
+        f"{sharding.total}), but its main did not implement Bazel's test sharding protocol: "
+        "it did not go through unittest.main() / absltest.main() and never touched "
+        "TEST_SHARD_STATUS_FILE, so every shard would run the whole test (Bazel 7+ fails "
+        "such shards: --incompatible_check_sharding_support). Remove shard_count, run the "
+        "tests with unittest.main() or absltest.main(), or split the work by "
+        "TEST_SHARD_INDEX / TEST_TOTAL_SHARDS and touch TEST_SHARD_STATUS_FILE (then set "
+        "`shard_test_cases = False`)."
+    )
+
+
+def script_path_entry(user_main: Path) -> str | None:
+    """The sys.path[0] Python would give the user's main run as a script, or None to leave
+    sys.path alone.
+
+    None under safe-path mode (-P / PYTHONSAFEPATH, rules_python's default): the script's
+    directory is then not importable. Otherwise the main's directory *inside the runfiles*,
+    not resolved through the symlink into the source tree, so that undeclared sibling modules
+    stay invisible as they are to the unwrapped test.
+    """
+    if getattr(sys.flags, "safe_path", False):
+        return None
+    return os.path.abspath(user_main.parent)
 
 
 def main() -> None:
@@ -115,11 +223,37 @@ def main() -> None:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_BAD_SETUP)
     user_main = resolve_main(os.environ)
-    install_unittest_sharding(os.environ)
-    # As Python does for a script: its (symlink-resolved) directory first on sys.path.
-    sys.path[0] = str(user_main.resolve().parent)
+    sharding = sharding_from_env(os.environ)
+    if sharding is not None:
+        # Start from a clean slate, so that the file existing later means this process claimed
+        # the protocol (absltest touches it before collecting the tests).
+        if sharding.status_file is not None:
+            sharding.status_file.unlink(missing_ok=True)
+        if sharding.split_cases:
+            install_unittest_sharding(sharding)
+    entry = script_path_entry(user_main)
+    if entry is not None:
+        # Python put this wrapper's directory first; the user's main gets its own instead.
+        sys.path[0] = entry
     sys.argv[0] = str(user_main)
-    runpy.run_path(str(user_main), run_name="__main__")
+    exit_request: SystemExit | None = None
+    try:
+        runpy.run_path(str(user_main), run_name="__main__")
+    except SystemExit as e:
+        exit_request = e
+    except BaseException:
+        # A crash: still acknowledge the wrapper's split, so Bazel reports the crash itself.
+        if sharding is not None and sharding.split_here and sharding.status_file is not None:
+            sharding.status_file.touch()
+        raise
+    if sharding is not None:
+        target = os.environ.get("TEST_TARGET", str(user_main))
+        problem = finish_sharding(sharding, target)
+        if problem:
+            print(problem, file=sys.stderr)
+            sys.exit(EXIT_BAD_SETUP)
+    if exit_request is not None:
+        raise exit_request
 
 
 if __name__ == "__main__":
