@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from autotune_cache.dirstore import ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
@@ -61,6 +61,27 @@ class Format(Protocol):
     def load(self, path: Path) -> ResultSet: ...
 
 
+V = TypeVar("V")
+
+
+def require_same_format(mine: ResultSet, other: ResultSet) -> None:
+    """Merging is only defined within one format; say so by name otherwise."""
+    if type(mine) is not type(other):
+        raise CorruptFileError(
+            f"cannot merge {other.format_name} entries into {mine.format_name} entries; "
+            "merge files of one format"
+        )
+
+
+def merge_by_id(mine: dict[str, V], theirs: dict[str, V], prefer_other: set[str]) -> dict[str, V]:
+    """`mine` plus `theirs`; on a shared id mine wins unless the id is in `prefer_other`."""
+    merged = dict(mine)
+    for ident, item in theirs.items():
+        if ident not in merged or ident in prefer_other:
+            merged[ident] = item
+    return merged
+
+
 _ENTRY_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{64}")
 
 
@@ -113,16 +134,9 @@ class OurResults:
                           {d: s for d, s in self.sources.items() if d in ids})
 
     def merge(self, other: ResultSet, prefer_other: set[str]) -> OurResults:
-        if not isinstance(other, OurResults):
-            raise CorruptFileError(
-                f"cannot merge {other.format_name} entries into {self.format_name} entries; "
-                "merge files of one format"
-            )
-        merged = dict(self.entries)
-        for digest, entry in other.entries.items():
-            if digest not in merged or digest in prefer_other:
-                merged[digest] = entry
-        return OurResults(merged)
+        require_same_format(self, other)
+        assert isinstance(other, OurResults)
+        return OurResults(merge_by_id(self.entries, other.entries, prefer_other))
 
     def save(self, path: Path) -> None:
         if is_directory_path(path):

@@ -17,7 +17,13 @@ from pathlib import Path
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
-from autotune_cache.readers import ResultSet, Row, is_directory_path
+from autotune_cache.readers import (
+    ResultSet,
+    Row,
+    is_directory_path,
+    merge_by_id,
+    require_same_format,
+)
 from autotune_cache.xla import codec, layout, wire
 from autotune_cache.xla.proto import xla_autotuner_pb2 as pb
 from autotune_cache.xla.summary import backend_name, config_summary
@@ -121,15 +127,9 @@ class XlaCacheSet:
 
     def merge(self, other: ResultSet, prefer_other: set[str]) -> XlaCacheSet:
         """Our entries plus other's; on a shared id ours win unless the id is in prefer_other."""
-        if not isinstance(other, XlaCacheSet):
-            raise CorruptFileError(
-                f"cannot merge {other.format_name} entries into {self.format_name} entries; "
-                "merge files of one format"
-            )
-        merged = dict(self.items)
-        for ident, item in other.items.items():
-            if ident not in merged or ident in prefer_other:
-                merged[ident] = item
+        require_same_format(self, other)
+        assert isinstance(other, XlaCacheSet)
+        merged = merge_by_id(self.items, other.items, prefer_other)
         ordered = sorted(merged.items(), key=lambda kv: entry_sort_key(kv[1].entry))
         return XlaCacheSet(dict(ordered), _copy(self.header), origin=self.origin)
 

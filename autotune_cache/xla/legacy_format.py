@@ -20,7 +20,7 @@ from pathlib import Path
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
-from autotune_cache.readers import ResultSet, Row, is_directory_path
+from autotune_cache.readers import ResultSet, Row, is_directory_path, require_same_format
 from autotune_cache.xla import codec, layout, wire
 from autotune_cache.xla.proto import xla_autotuning_pb2 as pb
 from autotune_cache.xla.summary import hlo_summary, legacy_result_summary, legacy_time_ms
@@ -109,11 +109,8 @@ class XlaLegacySet:
 
     def merge(self, other: ResultSet, prefer_other: set[str]) -> XlaLegacySet:
         """Our entries plus other's; on a shared id ours win unless the id is in prefer_other."""
-        if not isinstance(other, XlaLegacySet):
-            raise CorruptFileError(
-                f"cannot merge {other.format_name} entries into {self.format_name} entries; "
-                "merge files of one format"
-            )
+        require_same_format(self, other)
+        assert isinstance(other, XlaLegacySet)
         merged = dict(self.items)
         for ident, item in other.items.items():
             if ident not in merged:

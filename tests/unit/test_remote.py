@@ -1,5 +1,6 @@
 """The remote tier on a real Redis server: shared hits, backfill, stale names, outages."""
 
+import contextlib
 import logging
 import shutil
 import socket
@@ -22,27 +23,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
+@contextlib.contextmanager
+def redis_server(workdir, *extra: str):
+    """A real redis-server on a free port for the duration; yields its URL."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.skip("redis-server is not installed (tools/dev.sh setup installs it)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([server, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     import redis
 
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+    port = free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir), *extra], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 @pytest.fixture
@@ -116,31 +125,12 @@ def test_bad_url_is_a_flag_error():
 
 def test_server_refusing_writes_never_fails_a_tuning(tmp_path, caplog):
     """A full or read-only server (any RedisError) disables the tier instead of raising."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (tools/dev.sh setup installs it)")
-    port = free_port()
-    proc = subprocess.Popen([server, "--port", str(port), "--save", "", "--maxmemory", "1",
-                             "--maxmemory-policy", "noeviction", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL)
-    try:
-        import redis
-
-        client = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        cache = Cache(Settings(remote_cache=f"redis://127.0.0.1:{port}/0"))
+    with redis_server(tmp_path, "--maxmemory", "1", "--maxmemory-policy", "noeviction") as url:
+        cache = Cache(Settings(remote_cache=url))
         with caplog.at_level(logging.WARNING, logger="autotune_cache"):
             cache.record(fake_tune(KEY))
         assert "unusable" in caplog.text and "OutOfMemoryError" in caplog.text
         assert cache.lookup(KEY) is not None
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_refresh_reads_a_peers_result_from_the_remote_tier(url):
