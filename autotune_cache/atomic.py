@@ -14,6 +14,20 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask would, racing other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: the classic read-and-restore
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(target: Path, data: bytes) -> None:
     """Replace `target` with `data` in one step: temp file, flush, fsync, rename."""
     tmp = temp_name(target)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune_cache.atomic import current_umask
 from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.errors import CacheDirError, DumpShardingError, MissingResultError
 from autotune_cache.flags import Settings, regen_hint, settings_from_env
@@ -269,8 +270,9 @@ class Cache:
                 "autotune_cache needs `filelock` to share a cache directory between processes: "
                 "pip install 'autotune_cache[triton]'"
             ) from e
-        # mode: the lock file follows the umask, as every cache file does (shared directories).
-        lock = FileLock(str(self.store.lock_path(key)), mode=0o666)
+        # The lock file follows the umask, as every cache file does; filelock 3.x would otherwise
+        # force 0644 and lock the other users of a shared directory out.
+        lock = FileLock(str(self.store.lock_path(key)), mode=0o666 & ~current_umask())
         try:
             lock.acquire(timeout=timeout)
         except Timeout:

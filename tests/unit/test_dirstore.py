@@ -66,13 +66,20 @@ def test_uncreatable_directory_is_a_clear_error(tmp_path):
         DirectoryStore(tmp_path / "f" / "cache")
 
 
-def test_file_modes_follow_umask(tmp_path):
-    old = os.umask(0o002)
+@pytest.mark.parametrize("umask,expected", [(0o002, 0o664), (0o077, 0o600)])
+def test_file_modes_follow_umask(tmp_path, umask, expected):
+    from autotune_cache import Cache, Settings
+
+    old = os.umask(umask)
     try:
         path = DirectoryStore(tmp_path).put(fake_tune(make_key()))
+        with Cache(Settings(cache_dir=tmp_path)).tune_lock(make_key()):
+            pass
     finally:
         os.umask(old)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o664
+    assert stat.S_IMODE(path.stat().st_mode) == expected
+    (lock,) = (tmp_path / ".locks").glob("*.lock")
+    assert stat.S_IMODE(lock.stat().st_mode) == expected
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only directories")
