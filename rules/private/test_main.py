@@ -111,6 +111,8 @@ class Sharding:
         # the test framework (absltest shards in its own loader).
         self.split_here = False
         self.split_by_framework = False
+        # How many test cases the wrapper's split left this shard (None before splitting).
+        self.cases_here: int | None = None
 
     @property
     def touched(self) -> bool:
@@ -162,6 +164,7 @@ def install_unittest_sharding(sharding: Sharding) -> None:
             return
         self.test = shard_suite(self.test, sharding.index, sharding.total)
         sharding.split_here = True
+        sharding.cases_here = self.test.countTestCases()
         print(f"autotuned test: shard {sharding.index + 1} of {sharding.total} runs "
               f"{self.test.countTestCases()} test case(s)", file=sys.stderr)
 
@@ -200,6 +203,17 @@ def finish_sharding(sharding: Sharding, target: str) -> str | None:
         "TEST_SHARD_INDEX / TEST_TOTAL_SHARDS and touch TEST_SHARD_STATUS_FILE (then set "
         "`shard_test_cases = False`)."
     )
+
+
+# unittest's exit status when no test ran (Python >= 3.12).
+EXIT_NO_TESTS_RAN = 5
+
+
+def empty_shard_is_success(sharding: Sharding | None, exit_request: SystemExit | None) -> bool:
+    """Whether unittest's "no tests ran" exit only means the wrapper gave this shard no case
+    (more shards than test cases): that shard passed, it had nothing to do."""
+    return (sharding is not None and sharding.split_here and sharding.cases_here == 0
+            and exit_request is not None and exit_request.code == EXIT_NO_TESTS_RAN)
 
 
 def script_path_entry(user_main: Path) -> str | None:
@@ -252,6 +266,10 @@ def main() -> None:
         if problem:
             print(problem, file=sys.stderr)
             sys.exit(EXIT_BAD_SETUP)
+    if empty_shard_is_success(sharding, exit_request):
+        print("autotuned test: this shard has no test cases (shard_count is larger than the "
+              "number of test cases); nothing to run", file=sys.stderr)
+        sys.exit(0)
     if exit_request is not None:
         raise exit_request
 

@@ -509,6 +509,29 @@ def test_a_sharded_main_without_sharding_support_fails_clearly(tmp_path: Path) -
     assert ran == ["script"] * 3
 
 
+ONE_CASE_MAIN = '''
+import os, sys, unittest
+
+class One(unittest.TestCase):
+    def test_only(self):
+        with open(os.environ["RAN_FILE"], "a") as f:
+            f.write("only\\n")
+
+if __name__ == "__main__":
+    program = unittest.main(exit=False)
+    # Python >= 3.12's unittest.main() exits 5 when no test ran; do the same on every version.
+    result = program.result
+    sys.exit(5 if result.testsRun == 0 else (0 if result.wasSuccessful() else 1))
+'''
+
+
+def test_more_shards_than_test_cases_pass(tmp_path: Path) -> None:
+    ran, codes, stderr = _run_shards(tmp_path, ONE_CASE_MAIN)
+    assert codes == [0, 0, 0], stderr
+    assert ran == ["only"], ran
+    assert stderr.count("this shard has no test cases") == 2, stderr
+
+
 PATH_PROBE_MAIN = '''
 import os, sys
 with open(os.environ["RAN_FILE"], "w") as f:
