@@ -198,8 +198,13 @@ def run(args: argparse.Namespace) -> int:
     if any(t.label not in test_dirs for t in targets):
         # After a failed build `bazel info` may fail too; the directory then only names where
         # a log would have been.
-        testlogs = (Path(bazel.capture("info", "bazel-testlogs").strip())
-                    if build_exit in BAZEL_TEST_RAN else workspace / "bazel-testlogs")
+        testlogs = workspace / "bazel-testlogs"
+        if build_exit in BAZEL_TEST_RAN:
+            try:
+                testlogs = Path(bazel.capture("info", *args.bazel_flag, "bazel-testlogs").strip())
+            except RegenError as e:
+                # One missing directory must not stop the passing dumps from being written.
+                log(f"cannot ask Bazel where the test logs are ({e}); using {testlogs}")
         for t in targets:
             test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
     outcomes = [

@@ -34,6 +34,19 @@ _RESERVED_ENV = [
 # retry would hide a failed dump.
 _DUMP_DROPPED_KWARGS = ["shard_count", "flaky"]
 
+def _check_cache_extension(name, path):
+    """Fails when the cache file name has no extension, which selects neither format clearly.
+
+    Args:
+      name: the macro's `name`.
+      path: the cache file's path relative to its package.
+    """
+    basename = path.split("/")[-1]
+    if "." not in basename.lstrip("."):
+        fail(("autotuned_py_test(name = \"{name}\"): cache = \"{path}\" has no file " +
+              "extension. Name it \"{path}.textproto\" (text, reviewable diffs) or " +
+              "\"{path}.pb\" (binary).").format(name = name, path = path))
+
 def _cache_location(name, cache):
     """Resolves the `cache` attribute.
 
@@ -61,9 +74,11 @@ def _cache_location(name, cache):
             cache_name = cache_package.split("/")[-1]
         if cache_package != package:
             source_path = cache_package + "/" + cache_name if cache_package else cache_name
+            _check_cache_extension(name, cache_name)
             return struct(label = cache, source_path = source_path, exists = True)
         cache = cache_name
     relative = cache[1:] if cache.startswith(":") else cache
+    _check_cache_extension(name, relative)
 
     # glob() instead of a plain label, so that a test whose cache has not been generated yet
     # still builds (and, with require_complete, fails with the regen hint).

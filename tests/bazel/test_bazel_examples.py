@@ -339,6 +339,7 @@ BAD_MACRO_CALLS = {
                   'env["AUTOTUNE_FLAGS"] already sets --dump_autotune_results_to'),
     "bad_cache": ('cache = "@other_repo//caches:t.autotune.textproto"',
                   "is in another repository; .regen can only write caches in this workspace"),
+    "bad_cache_name": ('cache = "noext_cache"', 'cache = "noext_cache" has no file extension'),
     "bad_per_fusion": ('xla_per_fusion_cache_dir = "/tmp/d"',
                        "xla_per_fusion_cache_dir only applies to backend = \"xla\""),
 }
