@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
@@ -125,15 +125,7 @@ class DirectoryStore:
 
     def lock_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
         """Lock files nobody has touched for a while (prune removes them)."""
-        now = time.time()
-        out = []
-        for path in (self.root / LOCK_DIR).glob("*.lock"):
-            try:
-                if now - path.stat().st_mtime >= older_than:
-                    out.append(path)
-            except FileNotFoundError:
-                continue
-        return sorted(out)
+        return untouched_for(older_than, (self.root / LOCK_DIR).glob("*.lock"))
 
     def entries(self) -> list[pb.Entry]:
         """Every readable entry; damaged files are skipped with a warning."""
@@ -147,12 +139,17 @@ class DirectoryStore:
 
     def temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
         """Temp files abandoned by killed writers."""
-        now = time.time()
-        out = []
-        for path in self.root.glob(f"{TEMP_PREFIX}*"):
-            try:
-                if now - path.stat().st_mtime >= older_than:
-                    out.append(path)
-            except FileNotFoundError:
-                continue
-        return sorted(out)
+        return untouched_for(older_than, self.root.glob(f"{TEMP_PREFIX}*"))
+
+
+def untouched_for(seconds: float, paths: Iterable[Path]) -> list[Path]:
+    """The paths not modified for at least `seconds`, sorted; vanished ones are skipped."""
+    now = time.time()
+    out = []
+    for path in paths:
+        try:
+            if now - path.stat().st_mtime >= seconds:
+                out.append(path)
+        except FileNotFoundError:
+            continue
+    return sorted(out)

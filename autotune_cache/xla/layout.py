@@ -2,36 +2,26 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from autotune_cache.atomic import TEMP_PREFIX
+from autotune_cache.dirstore import STALE_TEMP_SECONDS, untouched_for
 from autotune_cache.errors import CorruptFileError
 
 # XLA renames finished entries out of <dir>/tmp/; files left there belong to killed writers.
 XLA_TEMP_DIR = "tmp"
-# Same threshold as autotune_cache's own directories (dirstore.STALE_TEMP_SECONDS).
-STALE_TEMP_SECONDS = 600.0
 # One entry is a few hundred bytes; anything far larger is not an XLA cache entry.
 MAX_ENTRY_BYTES = 4 * 1024 * 1024
 
 
 def temp_files(root: Path, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
     """Temp files abandoned by killed writers: XLA's in tmp/, ours (TEMP_PREFIX) anywhere."""
-    now = time.time()
-    candidates: list[Path] = []
+    candidates: set[Path] = set()
     tmp = root / XLA_TEMP_DIR
     if tmp.is_dir():
-        candidates.extend(p for p in tmp.iterdir() if p.is_file())
-    candidates.extend(p for p in root.rglob(f"{TEMP_PREFIX}*") if p.is_file())
-    out = []
-    for path in candidates:
-        try:
-            if now - path.stat().st_mtime >= older_than:
-                out.append(path)
-        except FileNotFoundError:
-            continue
-    return sorted(set(out))
+        candidates.update(p for p in tmp.iterdir() if p.is_file())
+    candidates.update(p for p in root.rglob(f"{TEMP_PREFIX}*") if p.is_file())
+    return untouched_for(older_than, candidates)
 
 
 def safe_component(name: str, what: str, origin: str) -> str:
