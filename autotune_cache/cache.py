@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune_cache import env
 from autotune_cache.atomic import current_umask
 from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.errors import CacheDirError, DumpShardingError, MissingResultError
@@ -61,10 +62,10 @@ class Cache:
         self._loaded: dict[str, Found] = {}
         self._used: dict[str, pb.Entry] = {}
         self._dump_dirty = False
-        if self.settings.dump_to and int(os.environ.get("TEST_TOTAL_SHARDS", "1") or 1) > 1:
+        if self.settings.dump_to and (shards := env.total_shards()) > 1:
             raise DumpShardingError(
                 f"--dump_autotune_results_to={self.settings.dump_to}: this test runs in "
-                f"{os.environ['TEST_TOTAL_SHARDS']} shards, so no shard sees every result and the "
+                f"{shards} shards, so no shard sees every result and the "
                 "dump would be incomplete. Run the dump with --test_sharding_strategy=disabled "
                 "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
                 "force shards on it)."
