@@ -19,16 +19,24 @@ M = TypeVar("M", bound=message.Message)
 # The schema version this library reads and writes (AutotuneResultsFile.version).
 FORMAT_VERSION = 1
 
-# Extensions that mean text format, as in XLA; every other extension is binary.
-TEXT_EXTENSIONS = frozenset({".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt"})
+# Extensions that mean text format, as in XLA; every other extension is binary. The one list:
+# messages and the result-set registry derive theirs from it.
+TEXT_EXTENSIONS = (".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt")
+# Extensions of results files whose own parse error is the best message for an unknown file.
+RESULTS_EXTENSIONS = (*TEXT_EXTENSIONS, ".pb", ".binpb", "")
 
 # Reads larger than this are refused, so a hostile or runaway file cannot exhaust memory.
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
+def is_text_suffix(suffix: str) -> bool:
+    """Whether an extension (`.textproto`, `.pb`, ...) selects text format."""
+    return suffix.lower() in TEXT_EXTENSIONS
+
+
 def is_text_path(path: Path | str) -> bool:
     """Whether a path's extension selects text format."""
-    return Path(path).suffix.lower() in TEXT_EXTENSIONS
+    return is_text_suffix(Path(path).suffix)
 
 
 def read_capped(path: Path, limit: int | None = None) -> bytes:
