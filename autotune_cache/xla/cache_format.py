@@ -27,7 +27,7 @@ from autotune_cache.resultsets.base import (
     require_same_format,
 )
 from autotune_cache.xla import codec, layout, wire
-from autotune_cache.xla.container import HeaderSet, header_only, raw_entries
+from autotune_cache.xla.container import HeaderSet, parse_file
 from autotune_cache.xla.proto import xla_autotuner_pb2 as pb
 from autotune_cache.xla.summary import backend_name, config_summary
 
@@ -217,14 +217,13 @@ class XlaCacheFormat(FileFormat):
                 "be read here."]
             return XlaCacheSet({entry_id(single): item}, damaged=damaged, origin=path,
                                entry_file=path)
-        msg = codec.parse(data, pb.AutotuneCache, path, text=text, what=WHAT)
-        raws = ([None] * len(msg.entries) if text
-                else raw_entries(data, _ENTRIES_FIELD, len(msg.entries)))
+        header, entries = parse_file(data, pb.AutotuneCache, path, what=WHAT,
+                                     entries_field="entries", number=_ENTRIES_FIELD)
         items: dict[str, CacheItem] = {}
         damaged: list[str] = []
-        for entry, raw in zip(msg.entries, raws, strict=True):
+        for entry, raw in entries:
             _add(items, damaged, CacheItem(entry, raw), str(path))
-        return XlaCacheSet(items, header_only(msg, "entries"), damaged, origin=path)
+        return XlaCacheSet(items, header, damaged, origin=path)
 
 
 def _entry_files(root: Path) -> list[tuple[Path, str, str]]:

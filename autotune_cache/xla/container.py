@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from google.protobuf import message
 
 from autotune_cache.atomic import write_atomic
-from autotune_cache.formats import is_text_suffix
+from autotune_cache.formats import is_text_path, is_text_suffix
 from autotune_cache.resultsets.base import data_path, is_directory_path
 from autotune_cache.xla import codec, layout, wire
 
@@ -43,6 +43,17 @@ def raw_entries(data: bytes, number: int, count: int) -> list[bytes | None]:
     if len(found) != count:
         return [None] * count
     return [v if isinstance(v, bytes) else None for v in found]
+
+
+def parse_file(data: bytes, cls: type[H], path: Path, *, what: str, entries_field: str,
+               number: int) -> tuple[H, list[tuple[Any, bytes | None]]]:
+    """A results file's header (entries cleared) and its (entry, raw bytes) pairs; text files
+    (by `path`'s extension) have no raw bytes."""
+    text = is_text_path(path)
+    msg = codec.parse(data, cls, path, text=text, what=what)
+    entries = getattr(msg, entries_field)
+    raws = [None] * len(entries) if text else raw_entries(data, number, len(entries))
+    return header_only(msg, entries_field), list(zip(entries, raws, strict=True))
 
 
 def encode(header: message.Message, number: int,

@@ -24,7 +24,7 @@ from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
 from autotune_cache.resultsets.base import FileFormat, ResultSet, Row, require_same_format
 from autotune_cache.xla import codec, layout, wire
-from autotune_cache.xla.container import HeaderSet, header_only, raw_entries
+from autotune_cache.xla.container import HeaderSet, parse_file
 from autotune_cache.xla.proto import xla_autotuning_pb2 as pb
 from autotune_cache.xla.summary import hlo_summary, legacy_result_summary, legacy_time_ms
 
@@ -212,13 +212,11 @@ class XlaLegacyFormat(FileFormat):
             result = codec.parse(data, pb.AutotuneResult, path, text=True, what=ENTRY_WHAT)
             item = LegacyItem(result, raw_text=data.decode("utf-8"), source=str(path))
             return XlaLegacySet({path.stem: item}, origin=path, entry_file=path)
-        text = is_text_path(path)
-        msg = codec.parse(data, pb.AutotuneResults, path, text=text, what=WHAT)
-        raws = ([None] * len(msg.results) if text
-                else raw_entries(data, _RESULTS_FIELD, len(msg.results)))
+        header, entries = parse_file(data, pb.AutotuneResults, path, what=WHAT,
+                                     entries_field="results", number=_RESULTS_FIELD)
         items: dict[str, LegacyItem] = {}
         damaged: list[str] = []
-        for entry, raw in zip(msg.results, raws, strict=True):
+        for entry, raw in entries:
             item = LegacyItem(entry.result, entry, raw)
             ident = _item_id(item, "")
             if ident in items:
@@ -226,7 +224,7 @@ class XlaLegacyFormat(FileFormat):
                                f"{entry.device!r} appears more than once; the first one is kept")
                 continue
             items[ident] = item
-        return XlaLegacySet(items, header_only(msg, "results"), damaged, origin=path)
+        return XlaLegacySet(items, header, damaged, origin=path)
 
 
 def _is_entry_file(path: Path, text: str) -> bool:
