@@ -123,8 +123,14 @@ def parse_results(
 def load_results(path: Path | str) -> list[pb.Entry]:
     """All entries of one results file."""
     path = Path(path)
+    return list(parse_results(read_results_file(path), path).entries)
+
+
+def read_results_file(path: Path) -> bytes:
+    """The bytes of a results file given to load, with messages for a missing path or a
+    directory."""
     try:
-        data = read_capped(path)
+        return read_capped(path)
     except FileNotFoundError as e:
         raise CorruptFileError(
             f"{path}: autotune results file does not exist. Generate it with the dump flag "
@@ -135,7 +141,6 @@ def load_results(path: Path | str) -> list[pb.Entry]:
             f"{path}: is a directory; pass a results file, or use --autotune_cache_dir for a "
             "cache directory."
         ) from e
-    return list(parse_results(data, path).entries)
 
 
 Keyed = tuple[CacheKey, pb.Entry]

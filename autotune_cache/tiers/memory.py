@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune_cache.formats import load_results
+from autotune_cache.binary_copy import LoadedFile, load_file
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.tiers.base import Found
@@ -18,31 +18,33 @@ THIS_PROCESS = "this process"
 
 
 class MemoryTier:
-    """What this process tuned or looked up, then the loaded files (the last file wins)."""
+    """What this process tuned or looked up, then the loaded files (the last file wins).
+
+    Loaded files stay as `binary_copy.LoadedFile`s, whose entries are parsed and keyed on first
+    use, so loading a large committed file costs no per-entry work."""
 
     name = "memory"
     shared = False
     writable = True
 
-    def __init__(self, loaded: dict[str, Found] | None = None,
+    def __init__(self, loaded: list[LoadedFile] | None = None,
                  files: tuple[Path, ...] = ()) -> None:
         self.memory: dict[str, Found] = {}
-        self.loaded: dict[str, Found] = loaded or {}
+        # Searched last to first: a later file overrides an earlier one's entry for a key.
+        self.loaded: list[LoadedFile] = loaded or []
         self.files = files
 
     @classmethod
     def from_files(cls, paths: Iterable[Path]) -> MemoryTier:
         """Load every results file; a later file overrides an earlier one's entry for a key."""
         paths = tuple(paths)
-        loaded: dict[str, Found] = {}
-        for path in paths:
-            for entry in load_results(path):
-                key = CacheKey.from_proto(entry.key)
-                digest = key.digest()
-                if digest in loaded:
-                    log.debug("autotune_cache: %s overrides %s for %s",
-                              path, loaded[digest].origin, key.describe())
-                loaded[digest] = Found(entry, key, str(path))
+        loaded = [load_file(path) for path in paths]
+        if log.isEnabledFor(logging.DEBUG):
+            for i, later in enumerate(loaded):
+                for earlier in loaded[:i]:
+                    for digest in later.raw.keys() & earlier.raw.keys():
+                        log.debug("autotune_cache: %s overrides %s for key %s",
+                                  later.path, earlier.path, digest)
         return cls(loaded, paths)
 
     def searched(self) -> list[str]:
@@ -58,14 +60,23 @@ class MemoryTier:
 
     def get(self, key: CacheKey) -> Found | None:
         digest = key.digest()
-        return self.memory.get(digest) or self.loaded.get(digest)
+        found = self.memory.get(digest)
+        if found is not None:
+            return found
+        for file in reversed(self.loaded):
+            got = file.get(digest)
+            if got is not None:
+                return Found(got[1], got[0], str(file.path))
+        return None
 
     def put(self, key: CacheKey, entry: pb.Entry) -> None:
         self.memory[key.digest()] = Found(entry, key, THIS_PROCESS)
 
     def same_problem(self, key: CacheKey) -> Iterator[Found]:
-        for tier in (self.memory, self.loaded):
-            yield from list(tier.values())
+        yield from list(self.memory.values())
+        for file in reversed(self.loaded):
+            for k, entry in file.items():
+                yield Found(entry, k, str(file.path))
 
     def lock(self, key: CacheKey, timeout: float) -> contextlib.nullcontext[bool]:
         """Nothing to lock: no other process sees this tier."""

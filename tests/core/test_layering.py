@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.errors", "autotune_cache.atomic", "autotune_cache.env",
      "autotune_cache.proto", "autotune_cache.key"),
     ("autotune_cache.flags", "autotune_cache.formats"),
-    ("autotune_cache.dirstore", "autotune_cache.stats"),
+    ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.binary_copy"),
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),

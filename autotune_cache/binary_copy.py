@@ -1,0 +1,216 @@
+"""Loading results files fast: a binary copy of each large file, keyed by the file's SHA-256.
+
+Committed results files stay text, for review; parsing a 10,000-entry text file with protobuf's
+pure-Python text parser takes tens of seconds. So the first load of a large file (text or binary)
+writes a binary copy of it to the user's cache directory, named by the SHA-256 of the file's
+bytes; every later load of the same bytes reads the copy instead: one hash of the file, one
+binary parse of a flat message, no per-entry work.
+
+Decisions:
+- The copy is keyed by content, never by path or time: an edited file has another hash and
+  misses; a file checked out anywhere, by anyone, with the same bytes hits.
+- The copy is untrusted. It is used only when its version, the schema's hash, the source hash
+  and its own content hash all match; any problem (missing, unreadable, damaged, another
+  schema) falls back to parsing the file, which is always the authority, and rewrites the copy.
+  Each entry's key digest is checked again when the entry is first used (`LoadedFile.get`), and
+  a mismatch also falls back to the file.
+- Nothing outside this module knows the copy exists: entries' origins and every message name
+  the results file itself.
+- Entries stay serialized until first used, so a load does no per-entry work; a file's keys are
+  only built all at once when the cache searches near misses (after a miss).
+- The copies live in $AUTOTUNE_BINARY_CACHE_DIR, else $XDG_CACHE_HOME/autotune_cache/binary,
+  else ~/.cache/autotune_cache/binary; `off` disables them. They are written atomically; copies
+  unused for MAX_AGE_S are deleted when a new one is written. Failing to write one is not an
+  error (a read-only home, a sandbox).
+- Files under MIN_BYTES get no copy: they parse in milliseconds.
+- Under Bazel a test's HOME is its private TEST_TMPDIR, so a copy would not outlive the test;
+  there the build should make the binary (docs/benchmarks.md, "Loading large text caches").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import message
+
+from autotune_cache import env
+from autotune_cache.atomic import write_atomic
+from autotune_cache.formats import is_text_path, parse_results, read_results_file
+from autotune_cache.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.proto import binary_copy_pb2
+
+log = logging.getLogger("autotune_cache")
+
+COPY_VERSION = 1
+COPY_SUFFIX = ".binpb"
+# Files smaller than this parse in milliseconds and get no copy.
+MIN_BYTES = 256 * 1024
+# Copies nobody has used for this long are deleted when a new copy is written.
+MAX_AGE_S = 30 * 24 * 3600.0
+
+SCHEMA_SHA256 = hashlib.sha256(pb.DESCRIPTOR.serialized_pb).hexdigest()
+
+
+def copy_dir() -> Path | None:
+    """Where binary copies live, or None when they are off."""
+    configured = env.get(env.AUTOTUNE_BINARY_CACHE_DIR).strip()
+    if env.parse_bool(configured) is False:
+        return None
+    if configured:
+        return Path(configured)
+    xdg = env.get(env.XDG_CACHE_HOME)
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "autotune_cache" / "binary"
+
+
+def _content_sha256(digests: list[str], entries: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for digest, data in zip(digests, entries, strict=True):
+        h.update(digest.encode())
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+@dataclass
+class LoadedFile:
+    """One loaded results file: its entries by key digest, each parsed and keyed on first use.
+
+    `raw[digest]` is an entry's serialized bytes (from a binary copy) or the parsed entry (from
+    the file itself); `get` returns (key, entry) and keeps the result. When the file holds one
+    key twice, the last entry wins, as it always has."""
+
+    path: Path
+    raw: dict[str, bytes | pb.Entry]
+    from_copy: bool = False
+    _ready: dict[str, tuple[CacheKey, pb.Entry]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def digests(self) -> list[str]:
+        return list(self.raw)
+
+    def get(self, digest: str) -> tuple[CacheKey, pb.Entry] | None:
+        """The key and entry recorded under `digest`, or None."""
+        ready = self._ready.get(digest)
+        if ready is not None:
+            return ready
+        raw = self.raw.get(digest)
+        if raw is None:
+            return None
+        if isinstance(raw, pb.Entry):
+            entry = raw
+        else:
+            entry = pb.Entry()
+            try:
+                entry.ParseFromString(raw)
+            except message.DecodeError:
+                entry = None  # type: ignore[assignment]
+        key = CacheKey.from_proto(entry.key) if entry is not None and entry.key.kernel else None
+        if entry is None or key is None or key.digest() != digest:
+            # Only a damaged binary copy can get here: the file itself is the authority.
+            log.warning("autotune_cache: the binary copy of %s is damaged; reading the file "
+                        "itself", self.path)
+            fresh = load_file(self.path, use_copy=False)
+            self.raw, self.from_copy, self._ready = fresh.raw, False, {}
+            return self.get(digest)
+        self._ready[digest] = (key, entry)
+        return key, entry
+
+    def items(self) -> Iterator[tuple[CacheKey, pb.Entry]]:
+        """Every (key, entry), building all keys (used only after a miss)."""
+        for digest in list(self.raw):
+            got = self.get(digest)
+            if got is not None:
+                yield got
+
+
+def _read_copy(path: Path, source_sha: str, copy: Path) -> LoadedFile | None:
+    try:
+        data = copy.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.debug("autotune_cache: cannot read the binary copy %s of %s: %s", copy, path, e)
+        return None
+    msg = binary_copy_pb2.BinaryCopy()
+    try:
+        msg.ParseFromString(data)
+    except message.DecodeError:
+        msg = None  # type: ignore[assignment]
+    digests = list(msg.digests) if msg is not None else []
+    entries = list(msg.entries) if msg is not None else []
+    if (msg is None or msg.version != COPY_VERSION or msg.schema_sha256 != SCHEMA_SHA256
+            or msg.source_sha256 != source_sha or len(digests) != len(entries)
+            or msg.content_sha256 != _content_sha256(digests, entries)):
+        log.info("autotune_cache: ignoring the damaged or outdated binary copy %s of %s",
+                 copy, path)
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(copy)  # used: keep it from the age-based clean-up
+    return LoadedFile(path, dict(zip(digests, entries, strict=True)), from_copy=True)
+
+
+def _write_copy(path: Path, source_sha: str, copy: Path, loaded: LoadedFile) -> None:
+    digests = loaded.digests()
+    entries = []
+    for digest in digests:
+        raw = loaded.raw[digest]
+        entries.append(raw if isinstance(raw, bytes) else raw.SerializeToString(deterministic=True))
+    msg = binary_copy_pb2.BinaryCopy(
+        version=COPY_VERSION, source_sha256=source_sha, schema_sha256=SCHEMA_SHA256,
+        content_sha256=_content_sha256(digests, entries), digests=digests, entries=entries)
+    try:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(copy, msg.SerializeToString())
+    except OSError as e:
+        log.debug("autotune_cache: cannot write the binary copy %s of %s: %s", copy, path, e)
+        return
+    _clean_old(copy.parent)
+
+
+def _clean_old(directory: Path, now: float | None = None) -> None:
+    """Delete copies unused for MAX_AGE_S (best effort: another process may be doing it too)."""
+    now = time.time() if now is None else now
+    try:
+        old = [p for p in directory.glob(f"*{COPY_SUFFIX}")
+               if now - p.stat().st_mtime > MAX_AGE_S]
+    except OSError:
+        return
+    for p in old:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def _parse_file(path: Path, data: bytes) -> LoadedFile:
+    raw: dict[str, bytes | pb.Entry] = {}
+    for entry in parse_results(data, path).entries:
+        raw[CacheKey.from_proto(entry.key).digest()] = entry  # the last one wins
+    return LoadedFile(path, raw)
+
+
+def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
+    """Load one results file (text or binary by its extension), through its binary copy when
+    the file is large and a valid copy exists; writes the copy when it does not."""
+    path = Path(path)
+    data = read_results_file(path)
+    directory = copy_dir() if use_copy and len(data) >= MIN_BYTES else None
+    if directory is None:
+        return _parse_file(path, data)
+    source_sha = hashlib.sha256(data).hexdigest()
+    kind = "text" if is_text_path(path) else "binary"
+    copy = directory / f"{source_sha}-{kind}{COPY_SUFFIX}"
+    loaded = _read_copy(path, source_sha, copy)
+    if loaded is None:
+        loaded = _parse_file(path, data)
+        _write_copy(path, source_sha, copy, loaded)
+    return loaded

@@ -1,0 +1,154 @@
+"""autotune_cache.binary_copy: large loaded files are read through an untrusted binary copy."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+
+from autotune_cache import Cache, Settings, binary_copy
+from autotune_cache.errors import MissingResultError
+from autotune_cache.formats import save_results
+from autotune_cache.proto import binary_copy_pb2
+from tests.cachetools import fake_tune, make_key
+
+KEYS = [make_key(problem={"M": m, "N": 128, "a": "float16"}) for m in range(1, 41)]
+
+
+@pytest.fixture
+def copies(tmp_path, monkeypatch):
+    """Binary copies in a private directory, for files of any size."""
+    directory = tmp_path / "copies"
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", str(directory))
+    monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
+    return directory
+
+
+def committed(tmp_path, keys=KEYS, name="cache.textproto"):
+    path = tmp_path / name
+    save_results(path, [fake_tune(k, tuning_seconds=float(i)) for i, k in enumerate(keys)])
+    return path
+
+
+def entries_of(loaded):
+    return {key: entry for key, entry in loaded.items()}
+
+
+def test_second_load_reads_the_copy_and_gets_the_same_entries(tmp_path, copies):
+    path = committed(tmp_path)
+    first = binary_copy.load_file(path)
+    assert not first.from_copy and len(list(copies.iterdir())) == 1
+    second = binary_copy.load_file(path)
+    assert second.from_copy and second.path == path
+    assert entries_of(second) == entries_of(first)
+    key, entry = second.get(KEYS[7].digest())
+    assert key == KEYS[7] and entry.result.tuning_seconds == 7.0
+
+
+def test_an_edited_file_misses_its_old_copy(tmp_path, copies):
+    path = committed(tmp_path)
+    binary_copy.load_file(path)
+    committed(tmp_path, KEYS[:5])
+    loaded = binary_copy.load_file(path)
+    assert not loaded.from_copy and len(loaded) == 5
+    assert len(list(copies.iterdir())) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "empty"])
+def test_a_damaged_copy_falls_back_to_the_file_and_is_rewritten(tmp_path, copies, damage):
+    path = committed(tmp_path)
+    expected = entries_of(binary_copy.load_file(path))
+    (copy,) = copies.iterdir()
+    data = copy.read_bytes()
+    damaged = {"truncate": data[: len(data) // 2], "garbage": b"\xff" * 100,
+               "flip": data[:-10] + bytes([data[-10] ^ 1]) + data[-9:], "empty": b""}[damage]
+    copy.write_bytes(damaged)
+    loaded = binary_copy.load_file(path)
+    assert not loaded.from_copy and entries_of(loaded) == expected
+    assert binary_copy.load_file(path).from_copy  # rewritten
+
+
+def test_a_consistent_copy_that_lies_about_a_key_is_caught_on_use(tmp_path, copies, caplog):
+    """A copy whose own hash matches but whose digests do not name their entries (a hostile or
+    buggy writer) is caught when the entry is used, and the file is read instead."""
+    path = committed(tmp_path)
+    binary_copy.load_file(path)
+    (copy,) = copies.iterdir()
+    msg = binary_copy_pb2.BinaryCopy.FromString(copy.read_bytes())
+    entries = list(msg.entries)
+    entries[0], entries[1] = entries[1], entries[0]
+    del msg.entries[:]
+    msg.entries.extend(entries)
+    msg.content_sha256 = binary_copy._content_sha256(list(msg.digests), entries)
+    copy.write_bytes(msg.SerializeToString())
+    loaded = binary_copy.load_file(path)
+    assert loaded.from_copy
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        key, _ = loaded.get(msg.digests[0])
+    assert key.digest() == msg.digests[0] and not loaded.from_copy
+    assert f"binary copy of {path} is damaged" in caplog.text
+
+
+def test_another_schema_or_version_is_ignored(tmp_path, copies, monkeypatch):
+    path = committed(tmp_path)
+    binary_copy.load_file(path)
+    monkeypatch.setattr(binary_copy, "SCHEMA_SHA256", "0" * 64)
+    assert not binary_copy.load_file(path).from_copy
+
+
+def test_off_and_unwritable_directories_still_load(tmp_path, monkeypatch):
+    monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
+    path = committed(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", "off")
+    assert binary_copy.copy_dir() is None
+    assert len(binary_copy.load_file(path)) == len(KEYS)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", str(blocker / "copies"))
+    assert len(binary_copy.load_file(path)) == len(KEYS)
+
+
+def test_default_directory_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUTOTUNE_BINARY_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert binary_copy.copy_dir() == tmp_path / "autotune_cache" / "binary"
+
+
+def test_small_files_get_no_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", str(tmp_path / "copies"))
+    path = committed(tmp_path, KEYS[:2])
+    assert len(binary_copy.load_file(path)) == 2
+    assert not (tmp_path / "copies").exists()
+
+
+def test_old_copies_are_cleaned_when_a_new_one_is_written(tmp_path, copies):
+    binary_copy.load_file(committed(tmp_path, KEYS[:3], "a.textproto"))
+    (old,) = copies.iterdir()
+    stale = time.time() - binary_copy.MAX_AGE_S - 60
+    os.utime(old, (stale, stale))
+    binary_copy.load_file(committed(tmp_path, KEYS[3:6], "b.textproto"))
+    assert old not in list(copies.iterdir()) and len(list(copies.iterdir())) == 1
+
+
+def test_the_cache_names_the_committed_file_not_the_copy(tmp_path, copies):
+    path = committed(tmp_path)
+    binary_copy.load_file(path)  # the copy exists: the cache reads it
+    cache = Cache(Settings(load_from=(path,), require_complete=True))
+    assert cache.lookup(KEYS[3]) is not None
+    assert cache.memory.get(KEYS[3]).origin == str(path)
+    stale = make_key(problem={"M": 3, "N": 128, "a": "float16"}, toolchain={"triton": "9"})
+    with pytest.raises(MissingResultError) as e:
+        cache.lookup(stale)
+    assert str(path) in str(e.value) and str(copies) not in str(e.value)
+    assert "toolchain" in str(e.value)  # the near miss was found among the lazy entries
+
+
+def test_a_later_file_overrides_an_earlier_one(tmp_path, copies):
+    a = committed(tmp_path, KEYS[:3], "a.textproto")
+    b = tmp_path / "b.pb"
+    save_results(b, [fake_tune(KEYS[1], tuning_seconds=99.0)])
+    cache = Cache(Settings(load_from=(a, b)))
+    assert cache.lookup(KEYS[1]).result.tuning_seconds == 99.0
+    assert cache.lookup(KEYS[0]).result.tuning_seconds == 0.0
