@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune_cache.binary_copy import LoadedFile, load_file
 from autotune_cache.dirstore import ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_suffix, parse_results, save_results, serialize_results
@@ -132,7 +133,33 @@ class OurFormat(FileFormat):
         msg = parse_results(data, path)
         return OurResults({CacheKey.from_proto(e.key).digest(): e for e in msg.entries})
 
+    def __init__(self) -> None:
+        # `sniff` of a file is a whole parse; `load` of the same file reuses it.
+        self._sniffed: tuple[Path, LoadedFile] | None = None
+
+    def _load_file(self, path: Path) -> LoadedFile:
+        """The file through its binary copy (binary_copy.py), so large text files parse once
+        per machine, not once per command."""
+        if self._sniffed is not None and self._sniffed[0] == path:
+            return self._sniffed[1]
+        return load_file(path)
+
+    def sniff(self, path: Path) -> bool:
+        path = Path(path)
+        if path.is_dir():
+            return super().sniff(path)
+        try:
+            self._sniffed = (path, load_file(path))
+        except (CorruptFileError, OSError):
+            return False
+        return True
+
     def load(self, path: Path) -> OurResults:
-        result = super().load(path)
-        assert isinstance(result, OurResults)
-        return result
+        path = Path(path)
+        if path.is_dir():
+            result = super().load(path)
+            assert isinstance(result, OurResults)
+            return result
+        loaded = self._load_file(path)
+        self._sniffed = None
+        return OurResults({key.digest(): entry for key, entry in loaded.items()})
