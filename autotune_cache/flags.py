@@ -28,6 +28,7 @@ class Settings:
     dump_to: Path | None = None
     require_complete: bool = False
     remote_cache: str | None = None
+    remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def __post_init__(self) -> None:
@@ -43,6 +44,12 @@ class Settings:
         if self.cache_mode not in ("update", "read"):
             raise FlagError(
                 f"--autotune_cache_mode={self.cache_mode}: must be 'update' or 'read'.\n"
+                + valid_flags_text()
+            )
+        if self.remote_compile_cache and not self.remote_cache:
+            raise FlagError(
+                "--autotune_remote_compile_cache needs --autotune_remote_cache=redis://HOST:PORT"
+                "[/DB]: the server that shares compiled kernels is the results server.\n"
                 + valid_flags_text()
             )
         if self.compile_workers < 1:
@@ -132,6 +139,9 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("autotune_remote_cache", "remote_cache",
           "redis://HOST:PORT[/DB]  shared remote tier on a Redis server",
           lambda f, v, env: _need(f, v)),
+    _Flag("autotune_remote_compile_cache", "remote_compile_cache",
+          "[=true|false]  share Triton's compiled kernels on the --autotune_remote_cache server",
+          lambda f, v, env: _parse_bool(f, v)),
     _Flag("autotune_compile_workers", "compile_workers",
           "N  parallel compile workers (default: CPU count)",
           lambda f, v, env: _parse_int(f, v)),

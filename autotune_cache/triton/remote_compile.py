@@ -1,0 +1,140 @@
+"""Share compiled kernels across a CI fleet: Triton's remote compile cache on our Redis server.
+
+`--autotune_remote_compile_cache` (with `--autotune_remote_cache=redis://HOST:PORT[/DB]`) points
+Triton's compile cache at the same server as our results, so a fleet compiles each winner once:
+the first machine compiles it and uploads the binaries, every later sandbox downloads them.
+
+Decisions:
+- Triton's own machinery does the work: `TRITON_CACHE_MANAGER=triton.runtime.cache:
+  RemoteCacheManager` (it keeps a local copy of everything in TRITON_CACHE_DIR and asks the
+  remote backend first). Only the backend is ours, because Triton's `RedisRemoteCacheBackend`
+  takes just TRITON_REDIS_HOST/PORT (no database number, no password, no timeouts) and lets an
+  unreachable server fail the compile. Ours takes the URL of --autotune_remote_cache, uses 2 s
+  timeouts, keeps its keys under `autotune_cache:v1:triton:` and, when the server is down,
+  warns once and answers "not cached", so Triton compiles locally: the shared cache is an
+  accelerator, never a dependency (as for the results tier).
+- Values larger than MAX_VALUE_BYTES are neither uploaded nor used.
+- Trust: compiled kernels are code. A server that can write them can run code on every GPU
+  machine of the fleet, exactly as a writable ~/.triton/cache can on one machine; only turn this
+  on for a server the fleet controls. Triton keys its files by the hash of the source,
+  compiler options and toolchain, so machines with another Triton or CUDA never share binaries.
+- It is configured through the environment variables Triton reads (through `env`), so child
+  processes inherit it; a TRITON_CACHE_MANAGER the user set wins, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from triton.runtime.cache import RemoteCacheBackend
+
+from autotune_cache import env
+from autotune_cache.errors import FlagError
+
+log = logging.getLogger("autotune_cache")
+
+TRITON_CACHE_MANAGER = "TRITON_CACHE_MANAGER"
+TRITON_REMOTE_CACHE_BACKEND = "TRITON_REMOTE_CACHE_BACKEND"
+REMOTE_MANAGER = "triton.runtime.cache:RemoteCacheManager"
+BACKEND = f"{__name__}:RedisCompileBackend"
+NAMESPACE = "autotune_cache:v1:triton"
+# A compiled kernel (cubin, PTX, IR, metadata) is well under this; larger values are not ours.
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+TIMEOUT_S = 2.0
+
+_lock = threading.Lock()
+_url: str | None = None
+_client: Any = None
+_errors: tuple[type[BaseException], ...] = ()
+_available = True
+
+
+def enable(url: str) -> bool:
+    """Point Triton's compile cache at the Redis server `url` in this process and its children;
+    returns False (and warns) when the user's own TRITON_CACHE_MANAGER is kept."""
+    global _url, _client, _available
+    environ = env.environ()
+    current = environ.get(TRITON_CACHE_MANAGER)
+    if current and current != REMOTE_MANAGER:
+        log.warning("autotune_cache: --autotune_remote_compile_cache is ignored: "
+                    "TRITON_CACHE_MANAGER=%s is set; unset it to share compiled kernels on %s",
+                    current, url)
+        return False
+    with _lock:
+        if _url != url:
+            _url, _client, _available = url, None, True
+    environ[TRITON_CACHE_MANAGER] = REMOTE_MANAGER
+    environ[TRITON_REMOTE_CACHE_BACKEND] = BACKEND
+    return True
+
+
+def _connect() -> Any:
+    """The process's one client (a connection pool), made on first use."""
+    global _client, _errors, _url
+    with _lock:
+        if _client is not None:
+            return _client
+        if _url is None:
+            # A child process that inherited Triton's variables but not our call: the flags are
+            # in its environment too.
+            from autotune_cache.flags import settings_from_env
+
+            _url = settings_from_env().remote_cache
+            if _url is None:
+                raise FlagError(
+                    f"{TRITON_REMOTE_CACHE_BACKEND}={BACKEND} needs "
+                    "--autotune_remote_cache=redis://HOST:PORT[/DB] in AUTOTUNE_FLAGS")
+        import redis
+
+        _errors = (redis.exceptions.RedisError,)
+        try:
+            _client = redis.Redis.from_url(_url, socket_timeout=TIMEOUT_S,
+                                           socket_connect_timeout=TIMEOUT_S)
+        except ValueError as e:
+            raise FlagError(f"--autotune_remote_cache={_url}: not a Redis URL ({e}); "
+                            "use redis://HOST:PORT[/DB]") from e
+        return _client
+
+
+def _down(error: BaseException) -> None:
+    """The first failure turns the remote compile cache off for this process, with a warning."""
+    global _available
+    if _available:
+        _available = False
+        log.warning("autotune_cache: the remote compile cache on %s is unavailable (%s); "
+                    "compiling locally", _url, error)
+
+
+class RedisCompileBackend(RemoteCacheBackend):
+    """Triton's `RemoteCacheBackend` on the --autotune_remote_cache server (see the module
+    docstring); Triton makes one per kernel hash (`key`)."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._client = _connect()
+
+    def _name(self, filename: str) -> str:
+        return f"{NAMESPACE}:{self._key}:{filename}"
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        """The files the server has, by name; {} when it is down."""
+        if not _available:
+            return {}
+        try:
+            values = self._client.mget([self._name(f) for f in filenames])
+        except _errors as e:
+            _down(e)
+            return {}
+        return {f: v for f, v in zip(filenames, values, strict=True)
+                if v is not None and len(v) <= MAX_VALUE_BYTES}
+
+    def put(self, filename: str, data: bytes) -> None:
+        """Upload one file (best effort)."""
+        if not _available or len(data) > MAX_VALUE_BYTES:
+            return
+        try:
+            self._client.set(self._name(filename), data)
+        except _errors as e:
+            _down(e)

@@ -1,0 +1,113 @@
+"""--autotune_remote_compile_cache: Triton's own RemoteCacheManager, our backend, a real Redis.
+
+Two "machines" are two TRITON_CACHE_DIRs: what one compiles (puts), the other finds on the
+server and materialises in its own local cache, as Triton's compiler does on a fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from autotune_cache import env
+from autotune_cache.errors import FlagError
+from autotune_cache.flags import parse_flags
+from autotune_cache.triton import remote_compile
+from tests.core.test_tiers_redis import free_port, redis_server
+
+pytest.importorskip("redis", reason="the redis client is not installed (extra 'redis')")
+from triton.runtime.cache import RemoteCacheManager, get_cache_manager  # noqa: E402
+
+KERNEL_HASH = "ab" * 32  # Triton's cache keys are hex hashes
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+@pytest.fixture
+def triton_env(monkeypatch):
+    """Triton's cache variables restored after the test (enable() writes them)."""
+    for name in (remote_compile.TRITON_CACHE_MANAGER, remote_compile.TRITON_REMOTE_CACHE_BACKEND,
+                 "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(remote_compile, "_url", None)
+    monkeypatch.setattr(remote_compile, "_client", None)
+    monkeypatch.setattr(remote_compile, "_available", True)
+    return monkeypatch
+
+
+def machine(monkeypatch, root):
+    """Switch to another machine's local Triton cache; returns Triton's manager for the key."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(root))
+    return get_cache_manager(KERNEL_HASH)
+
+
+def test_the_flag_needs_the_results_server():
+    assert parse_flags("--autotune_remote_cache=redis://h:1/0 --autotune_remote_compile_cache"
+                       ).remote_compile_cache
+    with pytest.raises(FlagError, match="--autotune_remote_compile_cache needs "
+                                        "--autotune_remote_cache"):
+        parse_flags("--autotune_remote_compile_cache")
+
+
+def test_a_second_machine_gets_the_first_ones_binaries(server, triton_env, tmp_path):
+    import redis
+
+    assert remote_compile.enable(server)
+    first = machine(triton_env, tmp_path / "a")
+    assert isinstance(first, RemoteCacheManager)
+    assert first.get_file("k.cubin") is None  # nothing compiled anywhere yet
+    cubin = first.put(b"\x7fELF compiled kernel", "k.cubin")
+    meta = first.put('{"name": "k"}', "k.json", binary=False)
+    first.put_group("__grp__k.json", {"k.cubin": cubin, "k.json": meta})
+
+    second = machine(triton_env, tmp_path / "b")
+    group = second.get_group("__grp__k.json")
+    assert sorted(group) == ["k.cubin", "k.json"]
+    assert group["k.cubin"].startswith(str(tmp_path / "b"))
+    with open(group["k.cubin"], "rb") as f:
+        assert f.read() == b"\x7fELF compiled kernel"
+    names = redis.Redis.from_url(server).keys("*")
+    assert names and all(n.startswith(remote_compile.NAMESPACE.encode() + b":") for n in names)
+
+
+def test_a_server_that_is_down_means_compiling_locally(triton_env, tmp_path, caplog):
+    remote_compile.enable(f"redis://127.0.0.1:{free_port()}/0")
+    manager = machine(triton_env, tmp_path / "a")
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        assert manager.get_file("k.cubin") is None
+        path = manager.put(b"local", "k.cubin")
+        assert manager.get_file("k.cubin") is None  # no second connection attempt
+    with open(path, "rb") as f:
+        assert f.read() == b"local"
+    assert caplog.text.count("remote compile cache") == 1
+
+
+def test_oversized_values_are_neither_uploaded_nor_used(server, triton_env, tmp_path):
+    remote_compile.enable(server)
+    triton_env.setattr(remote_compile, "MAX_VALUE_BYTES", 8)
+    manager = machine(triton_env, tmp_path / "a")
+    manager.put(b"0123456789", "big.cubin")
+    assert machine(triton_env, tmp_path / "b").get_file("big.cubin") is None
+
+
+def test_the_users_own_cache_manager_wins(triton_env, caplog):
+    triton_env.setenv(remote_compile.TRITON_CACHE_MANAGER, "mine:Manager")
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        assert not remote_compile.enable("redis://127.0.0.1:1/0")
+    assert "TRITON_CACHE_MANAGER=mine:Manager" in caplog.text
+    assert env.get(remote_compile.TRITON_REMOTE_CACHE_BACKEND) == ""
+
+
+def test_a_child_process_finds_the_server_in_its_flags(server, triton_env, tmp_path):
+    """Triton's variables are inherited by children; the URL comes from AUTOTUNE_FLAGS there."""
+    triton_env.setenv("AUTOTUNE_FLAGS",
+                      f"--autotune_remote_cache={server} --autotune_remote_compile_cache")
+    triton_env.setenv(remote_compile.TRITON_CACHE_MANAGER, remote_compile.REMOTE_MANAGER)
+    triton_env.setenv(remote_compile.TRITON_REMOTE_CACHE_BACKEND, remote_compile.BACKEND)
+    machine(triton_env, tmp_path / "a").put(b"child", "child.cubin")
+    assert machine(triton_env, tmp_path / "b").get_file("child.cubin") is not None
