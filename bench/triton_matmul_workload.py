@@ -1,10 +1,15 @@
 """The brief's Triton workload: a 48-config fp16 matmul tuned over three shapes, in one process.
 
-    python bench/triton_matmul_workload.py --tuner triton|ours [--extra-configs]
+    python bench/triton_matmul_workload.py --tuner triton|triton-cached|ours|winners
+                                           [--extra-configs] [--results FILE]
 
 Prints one line `RESULT {json}`: seconds to import, seconds of the first (tuning) call and of the
 second call per shape, the winning configs, the max error against torch, and for `ours` the
-cache statistics. Every caller runs it in a fresh process, so nothing is shared in memory.
+cache statistics. `triton-cached` is triton.autotune(cache_results=True) (results kept in the
+Triton cache dir); `winners` is no tuner at all: the plain @triton.jit kernel launched with the
+winner that --results FILE records for each shape, so it compiles exactly the winners once (the
+floor for a run that loads results). Every caller runs it in a fresh process, so nothing is
+shared in memory.
 
 On a GPU the kernel and candidate list are exactly shared/baselines/triton_h200_probe.py's. Under
 TRITON_INTERPRET=1 (no GPU) the shapes and candidate list are trimmed, and the K loop runs a
@@ -41,6 +46,9 @@ else:
                for bm in (64, 128) for bn in (64, 128, 256) for bk in (32, 64) for w in (4, 8)
                for s in (3, 4)]
     SHAPES = [(4096, 4096, 4096), (1024, 8192, 2048), (512, 512, 8192)]
+
+if os.environ.get("AUTOTUNE_BENCH_SMOKE") == "1":  # CI's smoke run: the script, not the speed
+    CONFIGS, SHAPES = CONFIGS[:2], SHAPES[:1]
 
 # Candidates a kernel author adds later (bench/triton_incremental.py): a deeper K tile.
 EXTRA_CONFIGS = (
@@ -96,12 +104,44 @@ def mm_static_k(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def build(tuner: str, extra_configs: bool = False):
+class Winners:
+    """The plain kernel launched with the recorded winner of each shape (no tuner)."""
+
+    def __init__(self, fn, results: str) -> None:
+        from autotune_cache.formats import load_results
+
+        self.fn = fn
+        self.by_shape = {}
+        for entry in load_results(results):
+            problem = dict(p.split("=", 1) for p in entry.key.problem.split(","))
+            cfg = entry.result.config
+            params = {p.name: getattr(p, p.WhichOneof("value")) for p in cfg.params}
+            options = {n: getattr(cfg, n) for n in ("num_warps", "num_stages", "num_ctas")
+                       if cfg.HasField(n)}
+            self.by_shape[(int(problem["M"]), int(problem["N"]), int(problem["K"]))] = (
+                params, options)
+        self.best_config = None
+
+    def __getitem__(self, grid):
+        def launch(*args):
+            params, options = self.by_shape[tuple(args[3:6])]
+            self.best_config = {**params, **options}
+            return self.fn[grid](*args, **params, **options)
+        return launch
+
+
+def build(tuner: str, extra_configs: bool = False, results: str | None = None):
     """The workload kernel decorated by triton.autotune or by ours (same configs and key)."""
     fn = mm_static_k if INTERPRET else mm
     configs = CONFIGS + (EXTRA_CONFIGS if extra_configs else [])
     if tuner == "triton":
         return triton.autotune(configs=configs, key=["M", "N", "K"])(fn)
+    if tuner == "triton-cached":
+        return triton.autotune(configs=configs, key=["M", "N", "K"], cache_results=True)(fn)
+    if tuner == "winners":
+        if not results:
+            raise SystemExit("--tuner winners needs --results FILE")
+        return Winners(fn, results)
     from autotune_cache.triton import autotune
 
     return autotune(configs=configs, key=["M", "N", "K"])(fn)
@@ -138,7 +178,9 @@ def run_shape(kernel, m: int, n: int, k: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tuner", choices=("triton", "ours"), required=True)
+    parser.add_argument("--tuner", choices=("triton", "triton-cached", "ours", "winners"),
+                        required=True)
+    parser.add_argument("--results", help="the results file `--tuner winners` launches")
     parser.add_argument("--extra-configs", action="store_true",
                         help="append EXTRA_CONFIGS to the candidate list (a later edit)")
     args = parser.parse_args()
@@ -147,7 +189,7 @@ def main() -> int:
                  "import_s": round(time.perf_counter() - T0, 3), "shapes": []}
     started = time.perf_counter()
     try:
-        kernel = build(args.tuner, args.extra_configs)
+        kernel = build(args.tuner, args.extra_configs, args.results)
         for shape in SHAPES:
             out["shapes"].append(run_shape(kernel, *shape))
     except Exception as e:  # reported, e.g. triton.autotune under the interpreter

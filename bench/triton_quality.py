@@ -1,0 +1,93 @@
+"""Quality of tuned winners (target D of issue 13): re-benchmark every candidate carefully.
+
+    python bench/triton_quality.py --winners WINNERS.json [--runs 5] [--rep 40]
+
+WINNERS.json maps a tuner's name to {"M,N,K": "<str(config)>"} (what
+bench/triton_matmul_workload.py reports as `best`). For each of the workload's shapes every
+candidate config is timed `--runs` times with triton.testing.do_bench (median mode, `--rep` ms
+each), its time being the median of those runs; then each tuner's pick is compared with the
+fastest: its slowdown in percent, and whether the tuners agree. Run it with the compile cache
+the tuning runs left, so nothing here compiles twice.
+
+Prints `RESULT {json}`. Under TRITON_INTERPRET=1 the times are host wall clock of one launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import triton_matmul_workload as w  # noqa: E402, I001  (first: it picks the interpreter)
+
+triton = w.triton
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--winners", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rep", type=float, default=40.0)
+    args = parser.parse_args()
+    winners: dict[str, dict[str, str]] = json.loads(args.winners.read_text())
+    import torch
+
+    fn = w.mm_static_k if w.INTERPRET else w.mm
+    out: dict = {"runs": args.runs, "rep_ms": args.rep, "shapes": []}
+    for m, n, k in w.SHAPES:
+        gen = torch.Generator(device=w.DEVICE).manual_seed(m + n + k)
+        a = torch.randn(m, k, device=w.DEVICE, generator=gen).to(torch.float16)
+        b = torch.randn(k, n, device=w.DEVICE, generator=gen).to(torch.float16)
+        c = torch.empty(m, n, device=w.DEVICE, dtype=torch.float16)
+        call_args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                     c.stride(0), c.stride(1))
+        times: dict[str, float] = {}
+        for config in w.CONFIGS:
+            def launch(config=config, m=m, n=n, call_args=call_args) -> None:
+                def grid(meta):
+                    return (-(-m // meta["BM"]) * -(-n // meta["BN"]),)
+                fn[grid](*call_args, **config.all_kwargs())
+
+            try:
+                launch()
+                if w.INTERPRET:
+                    samples = []
+                    for _ in range(args.runs):
+                        started = time.perf_counter()
+                        launch()
+                        samples.append((time.perf_counter() - started) * 1e3)
+                else:
+                    samples = [triton.testing.do_bench(launch, rep=args.rep,
+                                                       return_mode="median")
+                               for _ in range(args.runs)]
+                times[str(config)] = statistics.median(samples)
+            except Exception as e:  # out of resources: not a candidate on this GPU
+                times[str(config)] = float("inf")
+                print(f"{config}: {type(e).__name__}: {str(e)[-300:]}", file=sys.stderr)
+        best_name = min(times, key=times.__getitem__)
+        shape = f"{m},{n},{k}"
+        row: dict = {"shape": shape, "best": best_name, "best_ms": round(times[best_name], 5),
+                     "picks": {}}
+        for tuner, picks in winners.items():
+            pick = picks.get(shape)
+            if pick is None or pick not in times:
+                row["picks"][tuner] = {"config": pick, "error": "not a candidate"}
+                continue
+            row["picks"][tuner] = {"config": pick, "ms": round(times[pick], 5),
+                                   "slowdown_pct": round((times[pick] / times[best_name] - 1)
+                                                         * 100, 2)}
+        configs = {p.get("config") for p in row["picks"].values()}
+        row["agree"] = len(configs) == 1
+        out["shapes"].append(row)
+        print(json.dumps(row), flush=True)
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
