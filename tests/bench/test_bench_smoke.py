@@ -1,0 +1,71 @@
+"""The benchmark commands of docs/benchmarks.md still run and write well-formed results.
+
+Each runs in its --smoke mode (tiny sizes, the Triton interpreter, no GPU). Nothing here looks
+at a time: benchmarks report ratios on the GPU machine, never assertions in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def run(script: str, out: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+           "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    env.pop("AUTOTUNE_FLAGS", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), str(out), "--smoke"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    rows = [line.strip("|").split("|") for line in markdown.splitlines()
+            if line.startswith("|") and "---" not in line]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+def test_cpu_cache_scaling_smoke(tmp_path):
+    out = tmp_path / "out"
+    run("cpu_cache_scaling.py", out, tmp_path)
+    result = json.loads((out / "cpu_cache_scaling.json").read_text())
+    assert [(r["entries"], r["candidates"]) for r in result["rows"]] == [
+        (20, 2), (20, 4), (60, 2), (60, 4)]
+    for row in result["rows"]:
+        for name in ("load_text_parse", "load_text_first", "load_text", "load_binary_nocopy",
+                     "load_binary", "first_miss", "dir_near_miss_scan"):
+            assert row[name]["wall_s"] >= 0 and row[name]["cpu_s"] >= 0, name
+        assert row["lookup_us"] > 0 and row["dir_hit_us"] > 0
+        assert {v: r["rc"] for v, r in row["cli"].items()} == {
+            "inspect": 0, "verify": 0, "convert": 0, "diff": 1, "merge": 0, "prune": 0}
+    rows = table_rows((out / "cpu_cache_scaling.md").read_text())
+    assert len(rows) == 2 + 2 * len(result["rows"])  # two headers, each size in both tables
+    assert len({len(r) for r in rows[:5]}) == 1  # every row of the first table is complete
+
+
+def test_gpu_perf_smoke(tmp_path):
+    out = tmp_path / "out"
+    run("gpu_perf.py", out, tmp_path)
+    result = json.loads((out / "gpu_perf.json").read_text())
+    summary = result["summary"]
+    assert set(summary) >= {"A", "B", "C", "D", "E"}
+    raw = result["raw"]
+    for name in ("ours_cold", "ours_loaded", "winners_only", "ours_warm"):
+        assert raw[name]["rc"] == 0 and raw[name]["workload_s"] > 0, name
+    assert raw["ours_loaded"]["stats"]["benchmarks"] == 0  # loaded results: nothing tuned
+    assert "active drivers" in raw["triton_cold"]["error"]  # Triton cannot tune here
+    assert set(raw["launch"]["us_per_launch"]) == {"plain_jit", "ours"}
+    if "A2" in summary:  # a redis-server was found
+        assert raw["ours_shared"]["rc"] == 0
+    rows = table_rows((out / "gpu_perf.md").read_text())
+    assert [r[0] for r in rows[1:]] == ["C", "D", "A", *(["A2"] if "A2" in summary else []),
+                                        "B", "E"]
+    assert (out / "gpu_perf_logs.txt").stat().st_size > 0
