@@ -368,7 +368,6 @@ class Autotuner(_TritonAutotuner):
                 timings[i] = timing
                 progress.step(describe_config(configs[i]),
                               None if timing.failure else timing.time_ms, timing.failure)
-        self.pre_hook({**self.nargs, **kwargs}, reset_only=True)
         completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
         return timings, completed
 
@@ -387,6 +386,8 @@ class Autotuner(_TritonAutotuner):
                       for i in range(len(configs))]
         entry, best = build_entry(key, configs, candidates, plan.benchmark.method,
                                   time.perf_counter() - started)
+        if measured:  # as Triton does after benchmarking, with the winner's meta-parameters
+            self.pre_hook(self._full_nargs(configs[best], kwargs), reset_only=True)
         cache.record(entry, benchmarks=completed)
         progress.finished(describe_config(configs[best]), entry.result.time_ms,
                           entry.result.tuning_seconds)
