@@ -433,3 +433,22 @@ def test_listener_hears_each_new_key_where_triton_has_one(use_cache, fake) -> No
     assert [(h["cache_hit"], h["best_config"].kwargs) for h in heard] == [
         (False, {"BLOCK_SIZE": 32}), (True, {"BLOCK_SIZE": 32})]
     assert heard[0]["fn"] is kernels.add_kernel and heard[0]["duration"] is not None
+
+
+def test_conflicting_meta_parameter_raises_like_triton_before_any_benchmark(use_cache) -> None:
+    from autotune_cache.triton.autotuner import ConflictingMetaParametersError
+
+    use_cache()
+    errors = {}
+    for name, decorator in DECORATORS.items():
+        bench = OrderedBench([1.0])
+        kernel = decorator(configs=kernels.configs(16, 32), key=["n"], do_bench=bench)(
+            kernels.add_kernel)
+        x = torch.rand(8)
+        with pytest.raises(ValueError) as err:
+            kernel[(1,)](x, x, x, 8, BLOCK_SIZE=16)
+        errors[name] = str(err.value)
+        if name == "ours":
+            assert isinstance(err.value, ConflictingMetaParametersError) and bench.calls == 0
+    assert errors["ours"] == errors["triton"]
+    assert errors["ours"].startswith("Conflicting meta-parameters: BLOCK_SIZE.")
