@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton
 
 from autotune_cache.triton.compile import failure_reason
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
@@ -209,5 +210,6 @@ def test_gpu_tuning_path_without_a_gpu(tmp_path: Path) -> None:
     assert out["bench_calls"] == 3 and out["benchmarks"] == 3  # the broken config never ran
     assert out["compiled"] == 3
     assert out["best"] == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}  # first timed: fastest
-    assert out["toolchain"]["triton"] == "3.6.0" and out["toolchain"]["ptxas"][0].isdigit()
+    assert out["toolchain"]["triton"] == triton.__version__
+    assert out["toolchain"]["ptxas"][0].isdigit()
     assert (tmp_path / "bench-fake-gpu.lock").exists()
