@@ -88,3 +88,21 @@ def test_tma_fused_attention_tunes_from_scratch_like_triton_autotune(tmp_path: P
         assert report["max_abs_diff_vs_torch"] < 2e-2, report
     torch.testing.assert_close(outputs["ours"], outputs["triton"], atol=2e-2, rtol=0)
     torch.testing.assert_close(outputs["reload"], outputs["ours"], atol=0, rtol=0)
+
+
+def test_gpu_only_arguments(tmp_path: Path) -> None:
+    """warmup/rep and use_cuda_graph (recorded as the timing method), reset_to_zero and
+    restore_value through real GPU benchmarking, and an ir_override candidate."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.gpu_surface_worker",
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(json.dumps(out))
+    assert out["warmup_rep"] == {"method": "do_bench(warmup=5,rep=20)", "correct": True}
+    assert out["cuda_graph"] == {"method": "cuda_graph(rep=20)", "correct": True}
+    assert out["reset_to_zero_correct"] and out["restore_value_correct"]
+    assert out["ir_override"] == {"best_is_override": True, "correct": True, "failures": []}
