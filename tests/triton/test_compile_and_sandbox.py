@@ -213,3 +213,20 @@ def test_gpu_tuning_path_without_a_gpu(tmp_path: Path) -> None:
     assert out["toolchain"]["triton"] == triton.__version__
     assert out["toolchain"]["ptxas"][0].isdigit()
     assert (tmp_path / "bench-fake-gpu.lock").exists()
+
+
+def test_importing_changes_nothing_decorating_applies_the_sandbox_default(tmp_path: Path) -> None:
+    """No import-time side effect: TRITON_CACHE_DIR is set when a kernel is decorated (before
+    its first compile), not when the package is imported."""
+    code = ("import os, triton, autotune_cache.triton as t\n"
+            "before = os.environ.get('TRITON_CACHE_DIR')\n"
+            "from tests.triton import kernels\n"
+            "kernels.tuned_add()\n"
+            "print(before, os.environ.get('TRITON_CACHE_DIR'))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+    env.update(TEST_TMPDIR=str(tmp_path), TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["None", str(tmp_path / "triton_cache")]
