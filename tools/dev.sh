@@ -84,14 +84,19 @@ sys.exit(triton.__version__ != '$TRITON_LATEST')" 2>/dev/null; then
   (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -p no:cacheprovider tests/triton)
 }
 
-# Runs "$@" as a named stage and prints how long it took, whether it passed or failed.
+# Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
+# EXIT trap. Not called in an `||`/`&&`/`if` condition, so `set -e` stays in force inside it.
+STAGE_NAME=""
+STAGE_START=0
 stage() {
-  local name="$1" start=$SECONDS rc=0
+  STAGE_NAME="$1"
+  STAGE_START=$SECONDS
   shift
-  "$@" || rc=$?
-  log "stage '$name': $((SECONDS - start)) s$([ $rc -eq 0 ] || echo ", FAILED (exit $rc)")"
-  return $rc
+  "$@"
+  log "stage '$STAGE_NAME': $((SECONDS - STAGE_START)) s"
+  STAGE_NAME=""
 }
+trap '[ -z "$STAGE_NAME" ] || log "stage '"'"'$STAGE_NAME'"'"' FAILED after $((SECONDS - STAGE_START)) s"' EXIT
 
 cmd="${1:-}"
 shift || true
@@ -106,7 +111,9 @@ case "$cmd" in
     stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
       "$PY" -m pytest -ra "$@"
     # The version matrix runs on a full run only, not when pytest arguments pick tests.
-    [ $# -gt 0 ] || stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests
+    if [ $# -eq 0 ]; then
+      stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests
+    fi
     ;;
   demo)
     setup
