@@ -4,7 +4,9 @@
 #        Bazel 4.2.3 (Debian bazel-bootstrap) and zip for the integration tests, redis-server for
 #        the remote-tier tests, a virtualenv
 #        with the package and its extras, and buildifier from npm.
-# test   runs lint and the whole test suite (unit, Triton, stress, fuzz, real-Bazel integration).
+# test   runs lint and the whole test suite (unit, Triton, stress, fuzz, real-Bazel integration),
+#        then the Triton tests again with the newest Triton release (version matrix); prints
+#        each stage's time.
 # demo   tunes the example kernels, dumps a cache, reloads it and prints hit statistics.
 set -euo pipefail
 
@@ -66,17 +68,52 @@ lint() {
   fi
 }
 
+# Triton version matrix. The main venv holds the oldest Triton we claim (3.6.0, which the
+# committed example caches are keyed to); this stage runs the Triton tests on the interpreter
+# with the newest release on PyPI too (bump after `pip index versions triton`), in its own venv.
+TRITON_LATEST="3.9.0"
+triton_latest_tests() {
+  local venv="$ROOT/.venv-triton-latest"
+  if ! "$venv/bin/python" -c "import sys, triton, autotune_cache, pytest
+sys.exit(triton.__version__ != '$TRITON_LATEST')" 2>/dev/null; then
+    log "creating $venv (torch 2.13.0 CPU wheel, triton $TRITON_LATEST)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "torch==2.13.0" "triton==$TRITON_LATEST"
+    "$venv/bin/pip" install -q -e "$ROOT[triton,test]" "torch==2.13.0" "triton==$TRITON_LATEST"
+  fi
+  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -p no:cacheprovider tests/triton)
+}
+
+# Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
+# EXIT trap. Not called in an `||`/`&&`/`if` condition, so `set -e` stays in force inside it.
+STAGE_NAME=""
+STAGE_START=0
+stage() {
+  STAGE_NAME="$1"
+  STAGE_START=$SECONDS
+  shift
+  "$@"
+  log "stage '$STAGE_NAME': $((SECONDS - STAGE_START)) s"
+  STAGE_NAME=""
+}
+trap '[ -z "$STAGE_NAME" ] || log "stage '"'"'$STAGE_NAME'"'"' FAILED after $((SECONDS - STAGE_START)) s"' EXIT
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
   setup) setup ;;
   lint) setup; lint ;;
   test)
-    setup
-    lint
+    stage setup setup
+    stage lint lint
     cd "$ROOT"
     log "running the test suite"
-    "$PY" -m pytest -ra "$@"
+    stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
+      "$PY" -m pytest -ra "$@"
+    # The version matrix runs on a full run only, not when pytest arguments pick tests.
+    if [ $# -eq 0 ]; then
+      stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests
+    fi
     ;;
   demo)
     setup

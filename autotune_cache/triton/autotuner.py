@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -50,11 +52,24 @@ from autotune_cache.triton.problem import problem_key, triton_style_key
 from autotune_cache.triton.progress import Progress
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 
-ensure_triton_cache_dir()
+log = logging.getLogger(__name__)
 
 
 class AllConfigsFailedError(AutotuneCacheError, RuntimeError):
     """Every candidate config failed to compile or run, so there is no winner to record."""
+
+
+_cache_results_logged = False
+
+
+def _log_cache_results_superseded() -> None:
+    """Say once per process, at debug level, that Triton's own results cache is not used."""
+    global _cache_results_logged
+    if not _cache_results_logged:
+        _cache_results_logged = True
+        log.debug("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) is "
+                  "superseded: tuning results are cached through AUTOTUNE_FLAGS, not in "
+                  "Triton's compile cache (see docs/triton.md)")
 
 
 def _now_rfc3339() -> str:
@@ -105,15 +120,19 @@ class Autotuner(_TritonAutotuner):
                  prune_configs_by: dict[str, Any] | None = None,
                  warmup: float | None = None, rep: float | None = None,
                  use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
-                 cache_results: bool = False) -> None:
+                 cache_results: bool = False, **triton_kwargs: Any) -> None:
         # warmup/rep/use_cuda_graph are ours to interpret; Triton would warn they are deprecated.
+        # Arguments we do not know (from a newer Triton) go to Triton's constructor as given.
         super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value,
                          pre_hook=pre_hook, post_hook=post_hook,
-                         prune_configs_by=prune_configs_by, do_bench=do_bench)
+                         prune_configs_by=prune_configs_by, do_bench=do_bench, **triton_kwargs)
+        ensure_triton_cache_dir()  # at decoration: before this kernel's first compile
         self.bench_warmup = warmup
         self.bench_rep = rep
         self.use_cuda_graph = use_cuda_graph
         self.user_do_bench = do_bench
+        if cache_results or self.cache_results:
+            _log_cache_results_superseded()
         self.cache_results = False  # our cache replaces Triton's; the argument is accepted only
         self.kernel_name = self.base_fn.__name__
         self.configs_timings: dict[Any, list[float]] = {}
@@ -159,8 +178,9 @@ class Autotuner(_TritonAutotuner):
             memo = triton_style_key(self.arg_names, self.keys, all_args)
             config = self.cache.get(memo)
             if config is None:
-                config = self._select(args, kwargs, all_args)
+                config, tuned = self._select(args, kwargs, all_args)
                 self.cache[memo] = config
+                self._notify_listener(memo, config, tuned)
         else:
             config = self.configs[0]
         self.best_config = config
@@ -170,6 +190,21 @@ class Autotuner(_TritonAutotuner):
             return self.fn.run(*args, **kwargs, **config.all_kwargs())
         finally:
             self.nargs = None
+
+    def _notify_listener(self, memo: tuple, config: Any, tuned: bool) -> None:
+        """Call Triton's `knobs.autotuning.listener` (Triton >= 3.7) as its autotuner does,
+        once per new key; a hit in our cache counts as a cache hit."""
+        from triton import knobs
+        from triton.runtime.autotuner import Heuristics
+
+        listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+        if listener is None:
+            return
+        jit_fn = self.fn
+        while isinstance(jit_fn, (Heuristics, _TritonAutotuner)):
+            jit_fn = jit_fn.fn
+        listener(fn=jit_fn, key=memo, best_config=config, configs_timings=self.configs_timings,
+                 duration=self.bench_time if tuned else None, cache_hit=not tuned)
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every (pruned) candidate ahead of time, as triton's Autotuner.warmup does, but
@@ -186,9 +221,16 @@ class Autotuner(_TritonAutotuner):
         return [k.result() if hasattr(k, "result") else k for k in kernels]
 
     def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
-                all_args: Mapping[str, Any]) -> Any:
-        """The best config for this launch: from the cache tiers, another process, or tuning."""
+                all_args: Mapping[str, Any]) -> tuple[Any, bool]:
+        """The best config for this launch, from the cache tiers, another process, or tuning;
+        and whether this process tuned it.
+
+        A candidate list pruned to one config is launched as it is, with no cache and no
+        benchmark, as Triton >= 3.7 does (and as a single config always is)."""
         pruned = self.prune_configs(kwargs)
+        if len(pruned) == 1:
+            self.configs_timings = {}
+            return pruned[0], False
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
         entry = cache.lookup(key)
@@ -205,7 +247,9 @@ class Autotuner(_TritonAutotuner):
         self.configs_timings = {
             config: [float("inf") if t.failure else t.time_ms] * len(bench_mod.QUANTILES)
             for config, t in pairs}
-        return winner if winner is not None else self._winner(entry, pairs)
+        if winner is not None:
+            return winner, True
+        return self._winner(entry, pairs), False
 
     @staticmethod
     def _winner(entry: pb.Entry, pairs: Sequence[tuple[Any, pb.Timing]]) -> Any:
@@ -225,13 +269,31 @@ class Autotuner(_TritonAutotuner):
 
     # ----- tuning ----------------------------------------------------------------------------
 
+    def _full_nargs(self, config: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """What Triton hands a hook for `config`: the call's arguments plus the config's."""
+        return {**self.nargs, **kwargs, **config.all_kwargs()}
+
+    def _prepare(self, kwargs: Mapping[str, Any]) -> Callable[[Any], None]:
+        """The hooks to run before a candidate is specialised (see compile.py): the config's
+        pre_hook, then a user-defined decorator-level pre_hook, as Triton runs them before each
+        launch. Not the built-in reset_to_zero / restore_value hook (it cannot change how the
+        arguments specialise), and never the post_hook: nothing was launched for it to see."""
+        user_pre_hook = getattr(self, "user_defined_pre_hook", False)
+
+        def prepare(config: Any) -> None:
+            full_nargs = self._full_nargs(config, kwargs)
+            if config.pre_hook is not None:
+                config.pre_hook(full_nargs)
+            if user_pre_hook:
+                self.pre_hook(full_nargs)
+
+        return prepare
+
     def _kernel_call(self, config: Any, args: Sequence[Any],
                      meta: Mapping[str, Any]) -> Callable[[], None]:
-        """One launch of `config` with the hooks triton.autotune runs around each benchmark."""
-        conflicts = meta.keys() & config.kwargs.keys()
-        if conflicts:
-            raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}."
-                             " Make sure that you don't re-define auto-tuned symbols.")
+        """One launch of `config` with the hooks triton.autotune runs around each benchmark:
+        the config's pre_hook first, so the arguments are in the state that candidate's hook
+        leaves them whatever ran before."""
         current = dict(meta, **config.all_kwargs())
         full_nargs = {**self.nargs, **current}
 
@@ -250,94 +312,160 @@ class Autotuner(_TritonAutotuner):
 
         return kernel_call
 
-    def _measure(self, benchmark: bench_mod.Benchmark, config: Any, args: Sequence[Any],
-                 kwargs: dict[str, Any], problem: Mapping[str, Any], compile_failure: str,
-                 progress: Progress) -> pb.Timing:
-        """Benchmark one candidate (unless it failed to compile) into its Timing record."""
-        timing = pb.Timing(config=config_to_proto(config))
-        if compile_failure:
-            timing.failure = compile_failure
-        else:
-            try:
-                call = self._kernel_call(config, args, kwargs)
-                timing.time_ms = benchmark(call, config, problem)[0]
-            except ValueError as e:
-                if str(e).startswith("Conflicting meta-parameters"):
-                    raise
-                timing.failure = failure_reason(e)
-            except Exception as e:  # out of resources, launch errors: skip the config
-                timing.failure = failure_reason(e)
-        progress.step(describe_config(config), None if timing.failure else timing.time_ms,
-                      timing.failure)
-        return timing
-
-    def _tune(self, key: CacheKey, configs: Sequence[Any], args: Sequence[Any],
-              kwargs: dict[str, Any], cache: Cache) -> tuple[pb.Entry, Any]:
-        """Benchmark what has no recorded timing, pick the fastest, record the entry; returns it
-        with the winning candidate object.
-
-        Timings are reused only from entries measured with this run's timing method, and never
-        for a candidate with a pre_hook or ir_override (the results file cannot say whether the
-        recorded timing was measured with the same one)."""
-        started = time.perf_counter()
+    def _plan(self, key: CacheKey, configs: Sequence[Any], kwargs: Mapping[str, Any],
+              cache: Cache) -> TuningPlan:
+        """Which candidates to benchmark, and which recorded timings to reuse for the rest."""
+        check_meta_conflicts(configs, kwargs)
         benchmark = bench_mod.choose_benchmark(
             interpreter=interpreter_active(), do_bench=self.user_do_bench,
             warmup=self.bench_warmup, rep=self.bench_rep, use_cuda_graph=self.use_cuda_graph)
         recorded = recorded_timings(cache.same_source(key), benchmark.method)
-        texts = [match_text(c) for c in configs]
-        todo = [i for i, text in enumerate(texts)
-                if text not in recorded or has_extras(configs[i])]
-        fake = benchmark.method == "fake"
-        problem = problem_key(self.arg_names, self.keys, {**self.nargs, **kwargs})
-        progress = Progress(self.kernel_name, key.problem, str(key.device),
-                            total=len(configs), reused=len(configs) - len(todo))
+        return TuningPlan(benchmark=benchmark, reused=reusable_timings(configs, recorded),
+                          problem=problem_key(self.arg_names, self.keys,
+                                              {**self.nargs, **kwargs}))
 
+    def _measure(self, benchmark: bench_mod.Benchmark, config: Any, args: Sequence[Any],
+                 kwargs: dict[str, Any], problem: Mapping[str, Any]) -> pb.Timing:
+        """Benchmark one candidate into its Timing record. Any exception marks the config as
+        failed (out of resources, launch errors, a hook or benchmark failing for this config),
+        except our own errors (AutotuneCacheError), which are not a config's fault."""
+        timing = pb.Timing(config=config_to_proto(config))
+        try:
+            timing.time_ms = benchmark(self._kernel_call(config, args, kwargs), config,
+                                       problem)[0]
+        except AutotuneCacheError:
+            raise
+        except Exception as e:
+            timing.failure = failure_reason(e)
+        return timing
+
+    def _benchmark(self, plan: TuningPlan, configs: Sequence[Any], args: Sequence[Any],
+                   kwargs: dict[str, Any], cache: Cache, progress: Progress
+                   ) -> tuple[dict[int, pb.Timing], int]:
+        """Compile (in parallel) and benchmark (under the device lock) every candidate the plan
+        does not reuse; returns their timings by index and how many benchmarks completed."""
+        todo = plan.todo(len(configs))
+        if not todo:
+            return {}, 0
+        on_device = plan.benchmark.method != "fake" and not interpreter_active()
         failures: dict[int, str] = {}
-        if todo and not fake and not interpreter_active():
+        if on_device:
             compile_started = time.perf_counter()
             compiled = precompile(self.fn, args, kwargs, [configs[i] for i in todo],
-                                  cache.settings.compile_workers)
+                                  cache.settings.compile_workers, prepare=self._prepare(kwargs))
             failures = {todo[j]: reason for j, reason in compiled.items()}
             progress.compiled(len(todo), len(failures), time.perf_counter() - compile_started)
 
-        bench_started = time.perf_counter()
-        use_lock = bool(todo) and not fake and not interpreter_active()
-        lock = device_bench_lock(device_identity()) if use_lock else contextlib.nullcontext()
+        timings: dict[int, pb.Timing] = {}
+        lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
         with lock:
-            timings = {i: self._measure(benchmark, configs[i], args, kwargs, problem,
-                                        failures.get(i, ""), progress) for i in todo}
-        self.bench_time = time.perf_counter() - bench_started
-        if todo:
-            full_nargs = {**self.nargs, **kwargs}
-            self.pre_hook(full_nargs, reset_only=True)
-        for i, text in enumerate(texts):
-            if i not in timings:
-                reused = pb.Timing()
-                reused.CopyFrom(recorded[text])
-                reused.config.CopyFrom(config_to_proto(configs[i]))
-                timings[i] = reused
+            for i in todo:
+                if i in failures:
+                    timing = pb.Timing(config=config_to_proto(configs[i]), failure=failures[i])
+                else:
+                    timing = self._measure(plan.benchmark, configs[i], args, kwargs,
+                                           plan.problem)
+                timings[i] = timing
+                progress.step(describe_config(configs[i]),
+                              None if timing.failure else timing.time_ms, timing.failure)
+        completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
+        return timings, completed
 
-        candidates = [timings[i] for i in range(len(configs))]
-        ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
-        if not ok:
-            reasons = "\n".join(f"  {describe_config(configs[i])}: {t.failure}"
-                                for i, t in enumerate(candidates))
-            raise AllConfigsFailedError(
-                f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
-        best_ms, best = min(ok)
-        seconds = time.perf_counter() - started
-        entry = pb.Entry(key=key.to_proto(), result=pb.Result(
-            config=config_to_proto(configs[best]),
-            time_ms=best_ms,
-            candidates=candidates,
-            tuned_at=_now_rfc3339(),
-            tuner_version=tuner_version,
-            tuning_seconds=round(seconds, 6),
-            timing_method=benchmark.method,
-        ))
-        cache.record(entry, benchmarks=len(todo) - len(failures))
-        progress.finished(describe_config(configs[best]), best_ms, seconds)
+    def _tune(self, key: CacheKey, configs: Sequence[Any], args: Sequence[Any],
+              kwargs: dict[str, Any], cache: Cache) -> tuple[pb.Entry, Any]:
+        """Plan, benchmark what has no reusable timing, build and record the entry; returns it
+        with the winning candidate object."""
+        started = time.perf_counter()
+        plan = self._plan(key, configs, kwargs, cache)
+        progress = Progress(self.kernel_name, key.problem, str(key.device),
+                            total=len(configs), reused=len(plan.reused))
+        bench_started = time.perf_counter()
+        measured, completed = self._benchmark(plan, configs, args, kwargs, cache, progress)
+        self.bench_time = time.perf_counter() - bench_started
+        candidates = [measured[i] if i in measured else plan.reused_timing(i, configs[i])
+                      for i in range(len(configs))]
+        entry, best = build_entry(key, configs, candidates, plan.benchmark.method,
+                                  time.perf_counter() - started)
+        if measured:  # as Triton does after benchmarking, with the winner's meta-parameters
+            self.pre_hook(self._full_nargs(configs[best], kwargs), reset_only=True)
+        cache.record(entry, benchmarks=completed)
+        progress.finished(describe_config(configs[best]), entry.result.time_ms,
+                          entry.result.tuning_seconds)
         return entry, configs[best]
+
+
+class ConflictingMetaParametersError(AutotuneCacheError, ValueError):
+    """The launch passes a meta-parameter that a candidate config also sets (Triton raises a
+    ValueError with the same text; this is one, so `except ValueError` keeps working)."""
+
+
+def check_meta_conflicts(configs: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise ConflictingMetaParametersError, with Triton's message, when a launch keyword is
+    also one of a candidate's meta-parameters. Checked before anything is compiled."""
+    for config in configs:
+        conflicts = kwargs.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ConflictingMetaParametersError(
+                f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}."
+                " Make sure that you don't re-define auto-tuned symbols.")
+
+
+def reusable_timings(configs: Sequence[Any], recorded: Mapping[str, pb.Timing]
+                     ) -> dict[int, pb.Timing]:
+    """{candidate index: recorded Timing} for the candidates that need no benchmark. Never for
+    a candidate with a pre_hook or ir_override: the results file cannot say whether the recorded
+    timing was measured with the same one."""
+    reused = {}
+    for i, config in enumerate(configs):
+        text = match_text(config)
+        if text in recorded and not has_extras(config):
+            reused[i] = recorded[text]
+    return reused
+
+
+@dataclass
+class TuningPlan:
+    """What one tuning does: the benchmark to time with, the recorded timings it reuses (by
+    candidate index; every other candidate is benchmarked) and the problem the timings are for."""
+
+    benchmark: bench_mod.Benchmark
+    reused: dict[int, pb.Timing]
+    problem: dict[str, Any]
+
+    def todo(self, count: int) -> list[int]:
+        """Indices of the candidates to benchmark, in candidate order."""
+        return [i for i in range(count) if i not in self.reused]
+
+    def reused_timing(self, index: int, config: Any) -> pb.Timing:
+        """A copy of the reused Timing, with the config as this candidate list writes it."""
+        timing = pb.Timing()
+        timing.CopyFrom(self.reused[index])
+        timing.config.CopyFrom(config_to_proto(config))
+        return timing
+
+
+def build_entry(key: CacheKey, configs: Sequence[Any], candidates: Sequence[pb.Timing],
+                timing_method: str, seconds: float) -> tuple[pb.Entry, int]:
+    """The results entry for these candidate timings and the winner's index: the fastest
+    median, the earlier candidate on a tie. Raises AllConfigsFailedError, naming every config
+    with its reason, when no candidate has a time."""
+    ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
+    if not ok:
+        reasons = "\n".join(f"  {describe_config(configs[i])}: {t.failure}"
+                             for i, t in enumerate(candidates))
+        raise AllConfigsFailedError(
+            f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
+    best_ms, best = min(ok)
+    entry = pb.Entry(key=key.to_proto(), result=pb.Result(
+        config=config_to_proto(configs[best]),
+        time_ms=best_ms,
+        candidates=candidates,
+        tuned_at=_now_rfc3339(),
+        tuner_version=tuner_version,
+        tuning_seconds=round(seconds, 6),
+        timing_method=timing_method,
+    ))
+    return entry, best
 
 
 def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any] | None = None,
@@ -346,20 +474,21 @@ def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any
              post_hook: Callable[..., Any] | None = None,
              warmup: float | None = None, rep: float | None = None,
              use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
-             cache_results: bool = False) -> Callable[[Any], Autotuner]:
+             cache_results: bool = False, **triton_kwargs: Any) -> Callable[[Any], Autotuner]:
     """Decorator with triton.autotune's signature whose results go through autotune_cache.
 
     `warmup` / `rep` are the GPU benchmark's warmup and repetition times in ms (default 25 / 100,
     as triton.testing.do_bench), `use_cuda_graph=True` times with CUDA graphs, `do_bench` replaces
-    the benchmark entirely, and `cache_results` is accepted and ignored (results are always cached
-    through AUTOTUNE_FLAGS)."""
-    ensure_triton_cache_dir()
+    the benchmark entirely, and `cache_results` is accepted and superseded (results are always
+    cached through AUTOTUNE_FLAGS; a debug log says so once). Any other keyword argument is
+    passed to Triton's Autotuner unchanged, so arguments of newer Triton releases keep working
+    (and unknown ones fail exactly as they do in Triton)."""
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
                          pre_hook=pre_hook, post_hook=post_hook,
                          prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
                          use_cuda_graph=use_cuda_graph, do_bench=do_bench,
-                         cache_results=cache_results)
+                         cache_results=cache_results, **triton_kwargs)
 
     return decorator

@@ -5,43 +5,108 @@ other (about 0.5 s each for the brief's matmul). We compile them all up front on
 through Triton's own `AsyncCompileMode` (triton-lang/triton#7306; present in 3.6):
 `JITFunction.run(..., warmup=True)` specialises the kernel for the real arguments and the
 config's constexprs / num_warps / num_stages, hands the compile to the pool and returns a
-future; nothing is launched. Triton's
-MLIR passes, LLVM and ptxas release the GIL, so threads scale with cores (measured: 2 threads
-compile 8 sm_90 matmul variants in half the time of one). Compiled kernels land in the
-JITFunction's in-memory cache and in TRITON_CACHE_DIR, so the benchmark launches that follow
-start immediately.
+future; nothing is launched. Triton's MLIR passes, LLVM and ptxas release the GIL, so threads
+scale with cores (measured: 2 threads compile 8 sm_90 matmul variants in half the time of one).
+Compiled kernels land in the JITFunction's in-memory cache and in TRITON_CACHE_DIR, so the
+benchmark launches that follow start immediately.
+
+Decision: hooks run before each candidate is specialised, one candidate at a time, on the
+calling thread. A config's `pre_hook` may change how the arguments specialise: Triton's
+fused-attention tutorial sets each `TensorDescriptor.block_shape` in it, and the block shape is
+part of the specialisation. Triton runs that hook before the candidate's first (compiling)
+launch, so we call `prepare(config)` right before `run(warmup=True)` for that config.
+Specialisation is synchronous (only the compile of an already-built source goes to the pool,
+and it does not read the argument objects), so the next candidate's hook cannot race with it,
+and the compile stays parallel.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+
 # Longest failure reason we record, so one ptxas dump cannot bloat a results file.
 MAX_REASON_CHARS = 500
+# How many chained exceptions failure_reason() follows (a guard against cycles and huge chains).
+_MAX_CHAIN = 32
 
 _PATH_RE = re.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)")
+_DEF_RE = re.compile(r"^\s*def\s+(\w+)", re.MULTILINE)
+
+
+def _one_line(text: str) -> str:
+    return _PATH_RE.sub(r"\1", " ".join(text.split()))
+
+
+def _is_compilation_error(error: BaseException) -> bool:
+    # Duck-typed on Triton's CompilationError (src, node, error_message), so a reason can be
+    # computed without importing triton and for every release that has this shape.
+    return all(hasattr(error, a) for a in ("src", "node", "error_message"))
+
+
+def _message(error: BaseException) -> str:
+    """What the exception itself says. A Triton CompilationError's str() is a location and a
+    source excerpt ending in `^`, with the error (if any) on the last line: only that counts."""
+    if _is_compilation_error(error):
+        return _one_line(getattr(error, "error_message", None) or "")
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 2 and lines[0].startswith("at ") and lines[0].endswith(":"):
+        lines = [lines[0], lines[-1]]  # the same layout from an error that is not typed as one
+    return _one_line(" ".join(lines))
+
+
+def _location(error: BaseException) -> str:
+    """`at 5:13 in _attn_fwd_inner` for a Triton CompilationError, else ''."""
+    node = getattr(error, "node", None)
+    if not _is_compilation_error(error) or not hasattr(node, "lineno"):
+        return ""
+    where = f"at {node.lineno}:{getattr(node, 'col_offset', 0)}"
+    found = _DEF_RE.search(getattr(error, "src", None) or "")
+    return f"{where} in {found.group(1)}" if found else where
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """The exception, then what caused it: `__cause__` (`raise … from e`) always, and the
+    implicit `__context__` only while the exception so far says nothing itself (an error raised
+    while handling another usually describes the failure better than the one it interrupted)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _MAX_CHAIN:
+        seen.add(id(current))
+        yield current
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__ and not _message(current):
+            current = current.__context__
+        else:
+            current = None
 
 
 def failure_reason(error: BaseException) -> str:
-    """A one-line, machine-independent reason for a failed config: the exception type and its
-    message with whitespace collapsed and absolute paths reduced to file names.
+    """A one-line, machine-independent reason for a failed config.
 
-    Triton's compile errors put the location on the first line, then a source excerpt, then the
-    error itself on the last line; for those we keep the first and last lines. Over-long reasons
-    keep their end, where the error is."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if len(lines) > 2 and lines[0].startswith("at ") and lines[0].endswith(":"):
-        lines = [lines[0], lines[-1]]
-    text = _PATH_RE.sub(r"\1", " ".join(" ".join(lines).split()))
-    head = f"{type(error).__name__}: "
-    if not text:
-        return type(error).__name__
-    if len(head) + len(text) > MAX_REASON_CHARS:
-        text = "..." + text[len(head) + len(text) + 3 - MAX_REASON_CHARS:]
-    return head + text
+    It is the innermost exception in the chain (see _chain) that has a message, as
+    `Type: message`, followed by the innermost Triton compile location when there is one, e.g.
+    `AssertionError: Input shapes should have M >= 1, N >= 1 and K >= 16 [at 5:13 in
+    _attn_fwd_inner]`. Triton wraps an error inside a called @jit function in one
+    CompilationError per call level whose text is only a source excerpt, so the outer error
+    alone would say nothing. Whitespace is collapsed and absolute paths are cut to file names;
+    an over-long reason keeps its start (the type and the error) and its end."""
+    chain = list(_chain(error))
+    chosen = next((e for e in reversed(chain) if _message(e)), chain[0])
+    text = _message(chosen)
+    location = next((loc for loc in map(_location, reversed(chain)) if loc), "")
+    reason = f"{type(chosen).__name__}: {text}" if text else type(chosen).__name__
+    if location:
+        reason += f" [{location}]"
+    if len(reason) > MAX_REASON_CHARS:
+        keep = MAX_REASON_CHARS - 5
+        reason = reason[:keep // 2] + " ... " + reason[len(reason) - (keep - keep // 2):]
+    return reason
 
 
 def _launch_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
@@ -50,12 +115,18 @@ def _launch_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return call
 
 
+Prepare = Callable[[Any], None]
+
+
 def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-               configs: Sequence[Any], workers: int) -> dict[int, str]:
+               configs: Sequence[Any], workers: int,
+               prepare: Prepare | None = None) -> dict[int, str]:
     """Compile every config in `configs` for these arguments without launching anything.
 
     `kernel` is what the autotuner wraps (a JITFunction, possibly under @triton.heuristics).
-    Returns {index in configs: failure reason} for configs that failed to compile; the others are
+    `prepare(config)`, when given, runs on this thread right before that config is specialised
+    (the autotuner passes one that runs the config's hooks; see the module docstring). Returns
+    {index in configs: failure reason} for configs whose hook or compile failed; the others are
     ready to launch. A no-op under the interpreter, where nothing is compiled.
     """
     from autotune_cache.triton.device import interpreter_active
@@ -64,26 +135,28 @@ def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
         return {}
     import triton
 
+    ensure_triton_cache_dir()  # before our first compile, so sandboxed tests keep the result
     failures: dict[int, str] = {}
+
+    def specialise(i: int, config: Any) -> Any:
+        try:
+            if prepare is not None:
+                prepare(config)
+            return kernel.run(*args, grid=None, warmup=True, **_launch_kwargs(kwargs, config))
+        except Exception as e:  # any hook or compile error disqualifies only this config
+            failures[i] = failure_reason(e)
+            return None
+
     async_mode = getattr(triton, "AsyncCompileMode", None)
     workers = max(1, min(workers, len(configs)))
     if async_mode is None or workers == 1:
         for i, config in enumerate(configs):
-            try:
-                kernel.run(*args, grid=None, warmup=True, **_launch_kwargs(kwargs, config))
-            except Exception as e:  # any compile error disqualifies only this config
-                failures[i] = failure_reason(e)
+            specialise(i, config)
         return failures
 
-    futures: dict[int, Any] = {}
     with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool, \
             async_mode(pool, ignore_errors=True):
-        for i, config in enumerate(configs):
-            try:
-                futures[i] = kernel.run(*args, grid=None, warmup=True,
-                                        **_launch_kwargs(kwargs, config))
-            except Exception as e:
-                failures[i] = failure_reason(e)
+        futures = {i: specialise(i, config) for i, config in enumerate(configs)}
         for i, future in futures.items():
             if hasattr(future, "result"):
                 try:

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-import autotune_cache.triton  # noqa: E402, F401  (applies the sandbox TRITON_CACHE_DIR default)
+import autotune_cache.triton  # noqa: E402, F401  (precompile applies the sandbox default)
 from autotune_cache.triton.compile import precompile  # noqa: E402
 from tests.triton import kernels  # noqa: E402
 

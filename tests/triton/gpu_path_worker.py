@@ -49,7 +49,7 @@ def main() -> None:
     args = (h, h, h, 512, 512, 512, 512, 1, 512, 1, 512, 1)
     kwargs = {"grid": (1,), "warmup": False}
     tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
-    best = tuner._select(args, kwargs, {**tuner.nargs, **kwargs})
+    best, _ = tuner._select(args, kwargs, {**tuner.nargs, **kwargs})
     entry = tuner.last_entry
     jit = matmul.matmul_kernel.fn.fn
     print(json.dumps({

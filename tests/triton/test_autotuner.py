@@ -198,9 +198,10 @@ def test_failed_config_is_recorded_with_reason_and_skipped(use_cache, fake) -> N
 
 
 def test_real_interpreter_failure_is_recorded(use_cache) -> None:
-    """A config whose block is not a power of two fails inside Triton; the others are timed by
-    the wall clock and the kernel still computes the right answer."""
-    use_cache()
+    """A config whose block is not a power of two fails inside Triton at its first launch; the
+    others are timed by the wall clock and the kernel still computes the right answer. Only
+    the completed benchmark is counted."""
+    cache = use_cache()
     kernel = autotune(configs=kernels.configs(24, 32), key=["n"])(kernels.add_kernel)
     out, expected = kernels.launch_add(kernel, n=40)
     torch.testing.assert_close(out, expected)
@@ -209,6 +210,30 @@ def test_real_interpreter_failure_is_recorded(use_cache) -> None:
     assert "power of 2" in str(times[24])
     assert isinstance(times[32], float) and times[32] > 0
     assert kernel.last_entry.result.timing_method == "wallclock-interpreter"
+    assert cache.stats.benchmarks == 1
+
+
+def test_chained_failure_reason_reaches_file_progress_and_error(
+        use_cache, fake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A failure wrapped in an error that says nothing is recorded by its cause, in the results
+    entry, the progress lines and AllConfigsFailedError."""
+    cache = use_cache()
+    monkeypatch.setenv("AUTOTUNE_PROGRESS", "1")
+
+    def bench(config, problem):
+        try:
+            raise AssertionError(f"K >= 16 needed, BLOCK_SIZE={config.kwargs['BLOCK_SIZE']}")
+        except AssertionError as e:
+            raise RuntimeError() from e
+
+    from autotune_cache.triton import fake_benchmark
+
+    with fake_benchmark(bench), pytest.raises(AllConfigsFailedError) as err:
+        kernels.launch_add(kernels.tuned_add(blocks=(16, 32)))
+    assert "BLOCK_SIZE=16 num_warps=4 num_stages=2 num_ctas=1: AssertionError: K >= 16 needed, " \
+        "BLOCK_SIZE=16" in str(err.value)
+    assert "failed: AssertionError: K >= 16 needed, BLOCK_SIZE=32" in capsys.readouterr().err
+    assert cache.stats.benchmarks == 0
 
 
 def test_every_config_failing_raises_with_all_reasons(use_cache, fake) -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton
 
 from autotune_cache.triton.compile import failure_reason
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
@@ -69,7 +70,113 @@ def test_sandbox_default_rules(tmp_path: Path) -> None:
 def test_failure_reasons_are_one_line_and_machine_independent() -> None:
     error = RuntimeError("ptxas failed\n  at /home/alice/src/kernels/mm.py:12\n   too many regs")
     assert failure_reason(error) == "RuntimeError: ptxas failed at mm.py:12 too many regs"
-    assert len(failure_reason(ValueError("x" * 5000))) == 500
+    long = failure_reason(ValueError("x" * 5000 + " the end"))
+    assert len(long) == 500 and long.startswith("ValueError: xxx") and long.endswith("the end")
+
+
+def _compilation_error(src: str, line: int, col: int, message: str | None) -> Exception:
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    node = ast.parse("x").body[0]
+    node.lineno, node.col_offset = line, col
+    return CompilationError(src, node, message)
+
+
+def test_failure_reason_follows_the_cause_into_called_jit_functions() -> None:
+    """Triton wraps an error inside a called @jit function in one CompilationError per call
+    level, each only a source excerpt ending in '^'; the reason is the innermost error, with
+    the innermost location."""
+    outer_src = "def attn_fwd(q, k):\n    acc = _attn_fwd_inner(q, k)"
+    inner_src = "def _attn_fwd_inner(q, k):\n    qk = tl.dot(q, k)"
+    try:
+        try:
+            try:
+                raise AssertionError("Input shapes should have M >= 1, N >= 1 and K >= 16")
+            except AssertionError as e:
+                raise _compilation_error(inner_src, 5, 13, None) from e
+        except Exception as e:
+            raise _compilation_error(outer_src, 12, 20, None) from e
+    except Exception as e:
+        error = e
+    assert str(error).splitlines()[-1].strip() == "^"  # what used to be recorded
+    assert failure_reason(error) == ("AssertionError: Input shapes should have M >= 1, N >= 1 "
+                                     "and K >= 16 [at 5:13 in _attn_fwd_inner]")
+
+
+def test_failure_reason_keeps_a_compile_error_with_its_own_message() -> None:
+    error = _compilation_error("def k(x):\n    tl.static_assert(False)", 2, 4,
+                               "static_assert failed: BLOCK too large")
+    assert failure_reason(error) == "CompilationError: static_assert failed: BLOCK too large" \
+        " [at 2:4 in k]"
+
+
+def test_failure_reason_context_only_when_the_error_says_nothing() -> None:
+    try:
+        try:
+            raise KeyError("BLOCK_M")
+        except KeyError:
+            raise RuntimeError("out of resource: shared memory") from None
+    except RuntimeError as e:
+        suppressed = e
+    assert failure_reason(suppressed) == "RuntimeError: out of resource: shared memory"
+    try:
+        try:
+            {}["BLOCK_M"]
+        except KeyError:
+            raise RuntimeError("launch failed for this config")  # noqa: B904
+    except RuntimeError as e:
+        described = e
+    assert failure_reason(described) == "RuntimeError: launch failed for this config"
+    try:
+        try:
+            raise OSError("libcuda.so: cannot open shared object file")
+        except OSError:
+            raise RuntimeError()  # noqa: B904
+    except RuntimeError as e:
+        silent = e
+    assert failure_reason(silent) == "OSError: libcuda.so: cannot open shared object file"
+
+
+def _attention_worker(tmp_path: Path, workers: int) -> dict:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+               TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_BENCH_LOCK_DIR=str(tmp_path),
+               AUTOTUNE_FLAGS=f"--autotune_compile_workers={workers}", AUTOTUNE_PROGRESS="0")
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.attention_compile_worker",
+                           str(workers)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [2, 1])
+def test_tma_attention_pre_hooks_run_before_each_candidate_compiles(tmp_path: Path,
+                                                                     workers: int) -> None:
+    """Triton's fused-attention (TMA) pattern on the GPU tuning path (sm_90 compile, no GPU):
+    every candidate is specialised with the block shapes its own pre_hook sets, whether the
+    compile is parallel or not, and each benchmark launch sees its own hook's state."""
+    out = _attention_worker(tmp_path, workers)
+    # The first candidate's hook leaves the dummy [1, 1] blocks: it fails, with the real error.
+    assert out["failures"][0] == ("AssertionError: Input shapes should have M >= 1, N >= 1 "
+                                  "and K >= 16 [at 5:13 in _attn_fwd_inner]")
+    assert out["failures"][1:] == ["", "", "", ""]
+    desc = "tensordesc<fp16[{}, 64]>"
+    assert out["compiled"] == sorted([[desc.format(m), desc.format(n), desc.format(n),
+                                       desc.format(m)] for m in (64, 128) for n in (32, 64)])
+    benchmarked = out["launches"][:4]
+    assert [launch["config"] for launch in benchmarked] == [[64, 32], [64, 64], [128, 32],
+                                                             [128, 64]]
+    for launch in benchmarked:
+        m, n = launch["config"]
+        assert launch["blocks"] == {"desc_q": [m, 64], "desc_k": [n, 64], "desc_v": [n, 64],
+                                    "desc_o": [m, 64]}
+    assert out["best"] == {"BLOCK_M": 64, "BLOCK_N": 32}  # the first one timed: fastest
+    assert out["launches"][4]["config"] == [64, 32]  # the real launch, with its blocks
+    assert out["launches"][4]["blocks"]["desc_k"] == [32, 64]
+    assert out["benchmarks"] == 4  # the failed candidate is not a benchmark
 
 
 @pytest.mark.slow
@@ -103,5 +210,23 @@ def test_gpu_tuning_path_without_a_gpu(tmp_path: Path) -> None:
     assert out["bench_calls"] == 3 and out["benchmarks"] == 3  # the broken config never ran
     assert out["compiled"] == 3
     assert out["best"] == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}  # first timed: fastest
-    assert out["toolchain"]["triton"] == "3.6.0" and out["toolchain"]["ptxas"][0].isdigit()
+    assert out["toolchain"]["triton"] == triton.__version__
+    assert out["toolchain"]["ptxas"][0].isdigit()
     assert (tmp_path / "bench-fake-gpu.lock").exists()
+
+
+def test_importing_changes_nothing_decorating_applies_the_sandbox_default(tmp_path: Path) -> None:
+    """No import-time side effect: TRITON_CACHE_DIR is set when a kernel is decorated (before
+    its first compile), not when the package is imported."""
+    code = ("import os, triton, autotune_cache.triton as t\n"
+            "before = os.environ.get('TRITON_CACHE_DIR')\n"
+            "from tests.triton import kernels\n"
+            "kernels.tuned_add()\n"
+            "print(before, os.environ.get('TRITON_CACHE_DIR'))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+    env.update(TEST_TMPDIR=str(tmp_path), TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["None", str(tmp_path / "triton_cache")]
