@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import bench as bench_mod
+from autotune_cache.triton import remote_compile
 from autotune_cache.triton.benchlock import device_bench_lock
 from autotune_cache.triton.compile import failure_reason, precompile
 from autotune_cache.triton.configs import (
@@ -138,6 +140,11 @@ class Autotuner(_TritonAutotuner):
         self.configs_timings: dict[Any, list[float]] = {}
         self.bench_time = 0.0
         self.last_entry: pb.Entry | None = None
+        # The hit path's precomputed state (see run).
+        self._arg_name_set = frozenset(self.arg_names)
+        self._key_positions = [self.arg_names.index(k) for k in self.keys
+                               if k in self.arg_names]
+        self._resolved: dict[tuple, tuple[Any, dict[str, Any]]] = {}
         self._source_fingerprint: str | None = None
         # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
         # kernel's), so an edit to the file after import is not mistaken for the running code.
@@ -171,7 +178,23 @@ class Autotuner(_TritonAutotuner):
     # ----- launch ----------------------------------------------------------------------------
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """Launch the kernel with the cached (or freshly tuned) best config for these args."""
+        """Launch the kernel with the cached (or freshly tuned) best config for these args.
+
+        The hit path first (target E of issue 13): when no keyword names a kernel argument, the
+        memo key is built from precomputed positions (the same tuple `triton_style_key` builds)
+        and a config without a pre_hook is launched with its meta-parameters resolved once per
+        key, without building the argument dicts the hooks need."""
+        if len(self.configs) > 1 and self._arg_name_set.isdisjoint(kwargs):
+            memo = tuple([args[i] for i in self._key_positions if i < len(args)]
+                         + [str(a.dtype) for a in args if hasattr(a, "dtype")])
+            resolved = self._resolved.get(memo)
+            if resolved is not None and self.cache.get(memo) is resolved[0]:
+                self.best_config = resolved[0]
+                return self.fn.run(*args, **kwargs, **resolved[1])
+        return self._run(*args, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        """The full launch path: key, lookup or tuning, hooks."""
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         if len(self.configs) > 1:
             all_args = {**self.nargs, **kwargs}
@@ -181,6 +204,8 @@ class Autotuner(_TritonAutotuner):
                 config, tuned = self._select(args, kwargs, all_args)
                 self.cache[memo] = config
                 self._notify_listener(memo, config, tuned)
+            if config.pre_hook is None:
+                self._resolved[memo] = (config, config.all_kwargs())
         else:
             config = self.configs[0]
         self.best_config = config
@@ -227,6 +252,10 @@ class Autotuner(_TritonAutotuner):
 
         A candidate list pruned to one config is launched as it is, with no cache and no
         benchmark, as Triton >= 3.7 does (and as a single config always is)."""
+        settings = get_cache().settings
+        if settings.remote_compile_cache and settings.remote_cache:
+            # Before this key's first compile (and Triton's launcher build) in this process.
+            remote_compile.enable(settings.remote_cache)
         pruned = self.prune_configs(kwargs)
         if len(pruned) == 1:
             self.configs_timings = {}
@@ -341,12 +370,14 @@ class Autotuner(_TritonAutotuner):
 
     def _benchmark(self, plan: TuningPlan, configs: Sequence[Any], args: Sequence[Any],
                    kwargs: dict[str, Any], cache: Cache, progress: Progress
-                   ) -> tuple[dict[int, pb.Timing], int]:
+                   ) -> tuple[dict[int, pb.Timing], int, set[int]]:
         """Compile (in parallel) and benchmark (under the device lock) every candidate the plan
-        does not reuse; returns their timings by index and how many benchmarks completed."""
+        does not reuse; returns their timings by index, how many benchmarks completed, and the
+        finalists: the candidates the configured benchmark timed (bench.halving_stages screens
+        the others out with shorter benchmarks first)."""
         todo = plan.todo(len(configs))
         if not todo:
-            return {}, 0
+            return {}, 0, set()
         on_device = plan.benchmark.method != "fake" and not interpreter_active()
         failures: dict[int, str] = {}
         if on_device:
@@ -357,19 +388,29 @@ class Autotuner(_TritonAutotuner):
             progress.compiled(len(todo), len(failures), time.perf_counter() - compile_started)
 
         timings: dict[int, pb.Timing] = {}
+        alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
         with lock:
-            for i in todo:
-                if i in failures:
-                    timing = pb.Timing(config=config_to_proto(configs[i]), failure=failures[i])
-                else:
-                    timing = self._measure(plan.benchmark, configs[i], args, kwargs,
-                                           plan.problem)
-                timings[i] = timing
-                progress.step(describe_config(configs[i]),
-                              None if timing.failure else timing.time_ms, timing.failure)
+            stages = bench_mod.halving_stages(plan.benchmark, len(alive))
+            for stage, (benchmark, keep) in enumerate(stages):
+                for i in todo if stage == 0 else alive:
+                    if i in failures:
+                        timing = pb.Timing(config=config_to_proto(configs[i]),
+                                           failure=failures[i])
+                    else:
+                        timing = self._measure(benchmark, configs[i], args, kwargs,
+                                               plan.problem)
+                    timings[i] = timing
+                    if stage == 0:
+                        progress.step(describe_config(configs[i]),
+                                      None if timing.failure else timing.time_ms, timing.failure)
+                if keep is not None:
+                    ranked = sorted((timings[i].time_ms, i) for i in alive
+                                    if not timings[i].failure)
+                    survivors = max(bench_mod.MIN_SURVIVORS, math.ceil(len(ranked) / keep))
+                    alive = [i for _, i in ranked[:survivors]]
         completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
-        return timings, completed
+        return timings, completed, set(alive)
 
     def _tune(self, key: CacheKey, configs: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any], cache: Cache) -> tuple[pb.Entry, Any]:
@@ -380,12 +421,14 @@ class Autotuner(_TritonAutotuner):
         progress = Progress(self.kernel_name, key.problem, str(key.device),
                             total=len(configs), reused=len(plan.reused))
         bench_started = time.perf_counter()
-        measured, completed = self._benchmark(plan, configs, args, kwargs, cache, progress)
+        measured, completed, finalists = self._benchmark(plan, configs, args, kwargs, cache,
+                                                         progress)
         self.bench_time = time.perf_counter() - bench_started
         candidates = [measured[i] if i in measured else plan.reused_timing(i, configs[i])
                       for i in range(len(configs))]
         entry, best = build_entry(key, configs, candidates, plan.benchmark.method,
-                                  time.perf_counter() - started)
+                                  time.perf_counter() - started,
+                                  eligible=finalists | plan.reused.keys() if measured else None)
         if measured:  # as Triton does after benchmarking, with the winner's meta-parameters
             self.pre_hook(self._full_nargs(configs[best], kwargs), reset_only=True)
         cache.record(entry, benchmarks=completed)
@@ -445,17 +488,19 @@ class TuningPlan:
 
 
 def build_entry(key: CacheKey, configs: Sequence[Any], candidates: Sequence[pb.Timing],
-                timing_method: str, seconds: float) -> tuple[pb.Entry, int]:
+                timing_method: str, seconds: float, eligible: set[int] | None = None
+                ) -> tuple[pb.Entry, int]:
     """The results entry for these candidate timings and the winner's index: the fastest
-    median, the earlier candidate on a tie. Raises AllConfigsFailedError, naming every config
-    with its reason, when no candidate has a time."""
+    median among the `eligible` candidates (default: all; the tuner passes those timed by the
+    configured benchmark, see bench.halving_stages), the earlier candidate on a tie. Raises
+    AllConfigsFailedError, naming every config with its reason, when no candidate has a time."""
     ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
     if not ok:
         reasons = "\n".join(f"  {describe_config(configs[i])}: {t.failure}"
                              for i, t in enumerate(candidates))
         raise AllConfigsFailedError(
             f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
-    best_ms, best = min(ok)
+    best_ms, best = min([(t, i) for t, i in ok if i in eligible] or ok) if eligible else min(ok)
     entry = pb.Entry(key=key.to_proto(), result=pb.Result(
         config=config_to_proto(configs[best]),
         time_ms=best_ms,

@@ -111,3 +111,14 @@ def test_a_child_process_finds_the_server_in_its_flags(server, triton_env, tmp_p
     triton_env.setenv(remote_compile.TRITON_REMOTE_CACHE_BACKEND, remote_compile.BACKEND)
     machine(triton_env, tmp_path / "a").put(b"child", "child.cubin")
     assert machine(triton_env, tmp_path / "b").get_file("child.cubin") is not None
+
+
+def test_the_tuner_turns_it_on_before_its_first_compile(server, triton_env, use_cache, fake):
+    from tests.triton import kernels
+
+    use_cache(remote_cache=server, remote_compile_cache=True)
+    fake({16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0})
+    assert env.get(remote_compile.TRITON_CACHE_MANAGER) == ""
+    kernels.launch_add(kernels.tuned_add())
+    assert env.get(remote_compile.TRITON_CACHE_MANAGER) == remote_compile.REMOTE_MANAGER
+    assert env.get(remote_compile.TRITON_REMOTE_CACHE_BACKEND) == remote_compile.BACKEND
