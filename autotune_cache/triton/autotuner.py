@@ -18,8 +18,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,7 +28,7 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 from autotune_cache import __version__ as tuner_version
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.key import CacheKey
+from autotune_cache.key import CacheKey, canonical_toolchain
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import remote_compile
@@ -145,6 +145,8 @@ class Autotuner(_TritonAutotuner):
         self._key_positions = [self.arg_names.index(k) for k in self.keys
                                if k in self.arg_names]
         self._resolved: dict[tuple, tuple[Any, dict[str, Any]]] = {}
+        # Background compiles of loaded winners, by key digest (see _preload_winners).
+        self._preloads: dict[str, Future[None]] | None = None
         self._source_fingerprint: str | None = None
         # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
         # kernel's), so an edit to the file after import is not mistaken for the running code.
@@ -216,6 +218,53 @@ class Autotuner(_TritonAutotuner):
         finally:
             self.nargs = None
 
+    def _preload_winners(self, cache: Cache) -> None:
+        """Start compiling, in the background, the winner of every loaded entry of this kernel
+        (same name, source, device and toolchain) that records Triton's specialization data,
+        through Triton's own `JITFunction.preload` (target A of issue 13). Once per tuner, at
+        its first launch of a new problem.
+
+        Decisions: a preload compiles exactly the recorded specialization and files it under
+        the recorded JIT key, so a launch with another specialization never uses it: it
+        compiles as usual and the preload was only wasted work. Any failure is logged at debug
+        level and ignored. Loaded files with more than PRELOAD_SCAN_LIMIT entries are not
+        scanned (reading every key would cost more than it saves)."""
+        if self._preloads is not None:
+            return
+        self._preloads = {}
+        if interpreter_active() or not cache.memory.loaded:
+            return
+        if sum(len(f) for f in cache.memory.loaded) > PRELOAD_SCAN_LIMIT:
+            return
+        jit_fn = self.fn
+        while not hasattr(jit_fn, "preload") and hasattr(jit_fn, "fn"):
+            jit_fn = jit_fn.fn
+        if not hasattr(jit_fn, "preload"):
+            return
+        device = current_device()
+        tools = canonical_toolchain(toolchain(device))
+        wanted = {}
+        for file in cache.memory.loaded:
+            for key, entry in file.items():
+                if (key.kernel == self.kernel_name and key.device == device
+                        and key.source_fingerprint == self.source_fingerprint
+                        and key.toolchain == tools and entry.result.triton_specialization):
+                    wanted[key.digest()] = entry.result.triton_specialization
+        if not wanted:
+            return
+        pool = ThreadPoolExecutor(max(1, min(len(wanted), cache.settings.compile_workers)),
+                                  thread_name_prefix="autotune-preload")
+        for digest, spec in list(wanted.items())[:PRELOAD_MAX]:
+            self._preloads[digest] = pool.submit(_preload, jit_fn, spec)
+        pool.shutdown(wait=False)
+
+    def _await_preload(self, key: CacheKey) -> None:
+        """Wait for the background compile of this key's winner, if one was started, so the
+        launch that follows finds it instead of compiling it a second time."""
+        future = (self._preloads or {}).get(key.digest())
+        if future is not None:
+            future.result()
+
     def _notify_listener(self, memo: tuple, config: Any, tuned: bool) -> None:
         """Call Triton's `knobs.autotuning.listener` (Triton >= 3.7) as its autotuner does,
         once per new key; a hit in our cache counts as a cache hit."""
@@ -262,7 +311,10 @@ class Autotuner(_TritonAutotuner):
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
+        self._preload_winners(cache)
         entry = cache.lookup(key)
+        if entry is not None:
+            self._await_preload(key)
         winner = None
         if entry is None:
             # `shared`: the lock is held on the cache directory or the remote server, so a peer
@@ -382,9 +434,12 @@ class Autotuner(_TritonAutotuner):
         failures: dict[int, str] = {}
         if on_device:
             compile_started = time.perf_counter()
+            specs: dict[int, str] = {}
             compiled = precompile(self.fn, args, kwargs, [configs[i] for i in todo],
-                                  cache.settings.compile_workers, prepare=self._prepare(kwargs))
+                                  cache.settings.compile_workers, prepare=self._prepare(kwargs),
+                                  specs=specs)
             failures = {todo[j]: reason for j, reason in compiled.items()}
+            plan.specializations = {todo[j]: spec for j, spec in specs.items()}
             progress.compiled(len(todo), len(failures), time.perf_counter() - compile_started)
 
         timings: dict[int, pb.Timing] = {}
@@ -429,12 +484,27 @@ class Autotuner(_TritonAutotuner):
         entry, best = build_entry(key, configs, candidates, plan.benchmark.method,
                                   time.perf_counter() - started,
                                   eligible=finalists | plan.reused.keys() if measured else None)
+        entry.result.triton_specialization = plan.specializations.get(best, "")
         if measured:  # as Triton does after benchmarking, with the winner's meta-parameters
             self.pre_hook(self._full_nargs(configs[best], kwargs), reset_only=True)
         cache.record(entry, benchmarks=completed)
         progress.finished(describe_config(configs[best]), entry.result.time_ms,
                           entry.result.tuning_seconds)
         return entry, configs[best]
+
+
+# _preload_winners: scan loaded files up to this many entries, preload at most this many winners.
+PRELOAD_SCAN_LIMIT = 2000
+PRELOAD_MAX = 64
+
+
+def _preload(jit_fn: Any, specialization: str) -> None:
+    """Compile one recorded specialization into `jit_fn`'s kernel cache (never raises)."""
+    try:
+        jit_fn.preload(specialization)
+    except Exception as e:  # a foreign or stale record: the launch compiles as usual
+        log.debug("autotune_cache: preloading a winner of %s failed: %s",
+                  getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
 
 
 class ConflictingMetaParametersError(AutotuneCacheError, ValueError):
@@ -474,6 +544,8 @@ class TuningPlan:
     benchmark: bench_mod.Benchmark
     reused: dict[int, pb.Timing]
     problem: dict[str, Any]
+    # Triton's specialization data of the candidates compiled here, by index (for preload).
+    specializations: dict[int, str] = field(default_factory=dict)
 
     def todo(self, count: int) -> list[int]:
         """Indices of the candidates to benchmark, in candidate order."""

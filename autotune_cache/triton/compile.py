@@ -22,7 +22,9 @@ and the compile stays parallel.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -118,16 +120,62 @@ def _launch_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
 Prepare = Callable[[Any], None]
 
 
+@contextlib.contextmanager
+def recording_specializations(specs: dict[int, str] | None) -> Iterator[Callable[[int], None]]:
+    """While active, the specialization data (the JSON `JITFunction.preload` takes) of every
+    compile Triton starts is kept in `specs` under the index last passed to the yielded
+    `now(i)`. Triton calls `knobs.runtime.jit_cache_hook` synchronously in the thread that
+    starts a compile, so `now(i)` before specialising candidate i attributes it exactly; a
+    candidate already compiled in this process starts no compile and records nothing. A hook
+    the user installed keeps running (and keeps its say over skipping the compile)."""
+    current = [-1]
+
+    def now(i: int) -> None:
+        current[0] = i
+
+    knobs = _runtime_knobs()
+    if specs is None or knobs is None:
+        yield now
+        return
+    previous = knobs.jit_cache_hook
+
+    def hook(*args: Any, **kw: Any) -> Any:
+        data = (kw.get("compile") or {}).get("specialization_data")
+        if data and current[0] >= 0 and threading.current_thread() is owner:
+            specs[current[0]] = data
+        return previous(*args, **kw) if previous is not None else None
+
+    owner = threading.current_thread()
+    knobs.jit_cache_hook = hook
+    try:
+        yield now
+    finally:
+        knobs.jit_cache_hook = previous
+
+
+def _runtime_knobs() -> Any:
+    """triton.knobs.runtime, or None on a Triton without it."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    runtime = getattr(knobs, "runtime", None)
+    return runtime if runtime is not None and hasattr(runtime, "jit_cache_hook") else None
+
+
 def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                configs: Sequence[Any], workers: int,
-               prepare: Prepare | None = None) -> dict[int, str]:
+               prepare: Prepare | None = None,
+               specs: dict[int, str] | None = None) -> dict[int, str]:
     """Compile every config in `configs` for these arguments without launching anything.
 
     `kernel` is what the autotuner wraps (a JITFunction, possibly under @triton.heuristics).
     `prepare(config)`, when given, runs on this thread right before that config is specialised
     (the autotuner passes one that runs the config's hooks; see the module docstring). Returns
     {index in configs: failure reason} for configs whose hook or compile failed; the others are
-    ready to launch. A no-op under the interpreter, where nothing is compiled.
+    ready to launch. A no-op under the interpreter, where nothing is compiled. When `specs` is
+    given it receives {index: specialization data} of the configs compiled here (see
+    recording_specializations).
     """
     from autotune_cache.triton.device import interpreter_active
 
@@ -150,13 +198,19 @@ def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
     async_mode = getattr(triton, "AsyncCompileMode", None)
     workers = max(1, min(workers, len(configs)))
     if async_mode is None or workers == 1:
-        for i, config in enumerate(configs):
-            specialise(i, config)
+        with recording_specializations(specs) as now:
+            for i, config in enumerate(configs):
+                now(i)
+                specialise(i, config)
         return failures
 
     with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool, \
             async_mode(pool, ignore_errors=True):
-        futures = {i: specialise(i, config) for i, config in enumerate(configs)}
+        futures = {}
+        with recording_specializations(specs) as now:
+            for i, config in enumerate(configs):
+                now(i)
+                futures[i] = specialise(i, config)
         for i, future in futures.items():
             if hasattr(future, "result"):
                 try:

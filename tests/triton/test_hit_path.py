@@ -55,3 +55,63 @@ def test_a_key_passed_by_keyword_takes_the_full_path(use_cache, fake):
     kernel[grid](x, y, out, n=50)
     torch.testing.assert_close(out, x + y)
     assert kernel.best_config.kwargs == {"BLOCK_SIZE": 64}
+
+
+def test_compiles_started_are_attributed_to_the_candidate_being_specialised():
+    """What precompile records for preloading: Triton's jit_cache_hook runs in the thread that
+    starts a compile; a hook the user set keeps running and is restored."""
+    from triton import knobs
+
+    from autotune_cache.triton.compile import recording_specializations
+
+    seen = []
+    knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw["compile"]["key"])
+    try:
+        specs: dict[int, str] = {}
+        with recording_specializations(specs) as now:
+            now(2)
+            knobs.runtime.jit_cache_hook(compile={"key": "k2", "specialization_data": "{2}"})
+            now(5)
+            knobs.runtime.jit_cache_hook(compile={"key": "k5", "specialization_data": "{5}"})
+        assert specs == {2: "{2}", 5: "{5}"} and seen == ["k2", "k5"]
+        knobs.runtime.jit_cache_hook(compile={"key": "after"})
+        assert seen[-1] == "after"
+    finally:
+        knobs.runtime.jit_cache_hook = None
+
+
+def test_loaded_winners_are_preloaded_once_and_awaited_on_a_hit(use_cache, fake, tmp_path,
+                                                                monkeypatch):
+    """On a GPU the loaded winner's recorded specialization is compiled in the background at
+    the first launch and awaited by its hit; here a stand-in JIT function records the calls."""
+    from autotune_cache import CacheKey
+    from autotune_cache.formats import save_results
+    from autotune_cache.triton import autotuner
+
+    use_cache()
+    fake(TABLE)
+    tuned = kernels.tuned_add()
+    kernels.launch_add(tuned, n=100)
+    entry = tuned.last_entry
+    entry.result.triton_specialization = '{"name": "add_kernel"}'
+    path = tmp_path / "r.textproto"
+    save_results(path, [entry])
+    use_cache(load_from=(path,))
+    kernel = kernels.tuned_add()
+    assert kernel.source_fingerprint  # computed from the real function before the swap
+
+    class Jit:
+        preloaded: list[str] = []
+
+        def preload(self, spec):
+            self.preloaded.append(spec)
+
+        def run(self, *args, **kwargs):
+            return kernels.add_kernel.run(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "fn", Jit())
+    monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
+    kernels.launch_add(kernel, n=100)
+    kernels.launch_add(kernel, n=100)
+    assert Jit.preloaded == ['{"name": "add_kernel"}']
+    assert list(kernel._preloads) == [CacheKey.from_proto(entry.key).digest()]
