@@ -188,6 +188,7 @@ def main() -> int:
     out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": n_configs,
                  "import_s": round(time.perf_counter() - T0, 3), "shapes": []}
     started = time.perf_counter()
+    kernel = None
     try:
         kernel = build(args.tuner, args.extra_configs, args.results)
         for shape in SHAPES:
@@ -199,6 +200,7 @@ def main() -> int:
         from autotune_cache import get_cache
 
         out["stats"] = get_cache().stats.as_dict()
+        out["preloaded_winners"] = len(getattr(kernel, "_preloads", None) or {})
     print("RESULT " + json.dumps(out), flush=True)
     return 1 if "error" in out else 0
 
