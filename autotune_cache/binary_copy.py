@@ -198,6 +198,20 @@ def _parse_file(path: Path, data: bytes) -> LoadedFile:
     return LoadedFile(path, raw)
 
 
+def make_copy(path: Path | str, directory: Path | str) -> Path:
+    """Write the binary copy of `path` into `directory` (whatever the file's size) and return
+    it: for a build action that prepares copies ahead of the tests (docs/benchmarks.md), whose
+    tests then load `path` with AUTOTUNE_BINARY_CACHE_DIR=`directory`."""
+    path, directory = Path(path), Path(directory)
+    data = read_results_file(path)
+    source_sha = hashlib.sha256(data).hexdigest()
+    kind = "text" if is_text_path(path) else "binary"
+    copy = directory / f"{source_sha}-{kind}{COPY_SUFFIX}"
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_copy(path, source_sha, copy, _parse_file(path, data))
+    return copy
+
+
 def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     """Load one results file (text or binary by its extension), through its binary copy when
     the file is large and a valid copy exists; writes the copy when it does not."""

@@ -152,3 +152,20 @@ def test_a_later_file_overrides_an_earlier_one(tmp_path, copies):
     cache = Cache(Settings(load_from=(a, b)))
     assert cache.lookup(KEYS[1]).result.tuning_seconds == 99.0
     assert cache.lookup(KEYS[0]).result.tuning_seconds == 0.0
+
+
+def test_a_prepared_copy_in_a_read_only_directory_is_used(tmp_path, monkeypatch):
+    """What a build action does: prepare the copy, then tests load the text file with
+    AUTOTUNE_BINARY_CACHE_DIR pointing at the (read-only) output directory."""
+    path = committed(tmp_path, KEYS[:3])
+    prepared = tmp_path / "prepared"
+    copy = binary_copy.make_copy(path, prepared)
+    assert copy.parent == prepared
+    prepared.chmod(0o555)
+    try:
+        monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", str(prepared))
+        monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
+        loaded = binary_copy.load_file(path)
+        assert loaded.from_copy and len(loaded) == 3 and loaded.path == path
+    finally:
+        prepared.chmod(0o755)
