@@ -28,7 +28,10 @@ import logging
 import threading
 from typing import Any
 
-from triton.runtime.cache import RemoteCacheBackend
+try:
+    from triton.runtime.cache import RemoteCacheBackend
+except ImportError:  # a Triton without a remote cache: the flag then has nothing to configure
+    RemoteCacheBackend = object  # type: ignore[assignment,misc]
 
 from autotune_cache import env
 from autotune_cache.errors import FlagError
