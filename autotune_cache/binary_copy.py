@@ -10,7 +10,7 @@ Decisions:
 - The copy is keyed by content, never by path or time: an edited file has another hash and
   misses; a file checked out anywhere, by anyone, with the same bytes hits.
 - The copy is untrusted. It is used only when its version, the schema's hash, the source hash
-  and its own content hash all match; any problem (missing, unreadable, damaged, another
+  and its own checksum all match; any problem (missing, unreadable, damaged, another
   schema) falls back to parsing the file, which is always the authority, and rewrites the copy.
   Each entry's key digest is checked again when the entry is first used (`LoadedFile.get`), and
   a mismatch also falls back to the file.
@@ -34,6 +34,7 @@ import hashlib
 import logging
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ from autotune_cache.proto import binary_copy_pb2
 
 log = logging.getLogger("autotune_cache")
 
-COPY_VERSION = 1
+COPY_VERSION = 2
 COPY_SUFFIX = ".binpb"
 # Files smaller than this parse in milliseconds and get no copy.
 MIN_BYTES = 256 * 1024
@@ -71,13 +72,14 @@ def copy_dir() -> Path | None:
     return base / "autotune_cache" / "binary"
 
 
-def _content_sha256(digests: list[str], entries: list[bytes]) -> str:
-    h = hashlib.sha256()
+def _content_crc32(digests: list[str], entries: list[bytes]) -> int:
+    """CRC-32 of the digests and entries, in order: it catches a damaged copy. (A hash would
+    not stop a hostile writer, who can rewrite the checksum beside the data; that is why each
+    entry's key is checked again on use and the source file stays the authority.)"""
+    crc = 0
     for digest, data in zip(digests, entries, strict=True):
-        h.update(digest.encode())
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
+        crc = zlib.crc32(data, zlib.crc32(digest.encode() + len(data).to_bytes(8, "little"), crc))
+    return crc
 
 
 @dataclass
@@ -151,7 +153,7 @@ def _read_copy(path: Path, source_sha: str, copy: Path) -> LoadedFile | None:
     entries = list(msg.entries) if msg is not None else []
     if (msg is None or msg.version != COPY_VERSION or msg.schema_sha256 != SCHEMA_SHA256
             or msg.source_sha256 != source_sha or len(digests) != len(entries)
-            or msg.content_sha256 != _content_sha256(digests, entries)):
+            or msg.content_crc32 != _content_crc32(digests, entries)):
         log.info("autotune_cache: ignoring the damaged or outdated binary copy %s of %s",
                  copy, path)
         return None
@@ -168,7 +170,7 @@ def _write_copy(path: Path, source_sha: str, copy: Path, loaded: LoadedFile) -> 
         entries.append(raw if isinstance(raw, bytes) else raw.SerializeToString(deterministic=True))
     msg = binary_copy_pb2.BinaryCopy(
         version=COPY_VERSION, source_sha256=source_sha, schema_sha256=SCHEMA_SHA256,
-        content_sha256=_content_sha256(digests, entries), digests=digests, entries=entries)
+        content_crc32=_content_crc32(digests, entries), digests=digests, entries=entries)
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(copy, msg.SerializeToString())

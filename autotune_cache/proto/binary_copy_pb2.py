@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&autotune_cache/proto/binary_copy.proto\x12\x0e\x61utotune_cache\"\x85\x01\n\nBinaryCopy\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x15\n\rsource_sha256\x18\x02 \x01(\t\x12\x15\n\rschema_sha256\x18\x03 \x01(\t\x12\x16\n\x0e\x63ontent_sha256\x18\x04 \x01(\t\x12\x0f\n\x07\x64igests\x18\x05 \x03(\t\x12\x0f\n\x07\x65ntries\x18\x06 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&autotune_cache/proto/binary_copy.proto\x12\x0e\x61utotune_cache\"\x8a\x01\n\nBinaryCopy\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x15\n\rsource_sha256\x18\x02 \x01(\t\x12\x15\n\rschema_sha256\x18\x03 \x01(\t\x12\x15\n\rcontent_crc32\x18\x07 \x01(\r\x12\x0f\n\x07\x64igests\x18\x05 \x03(\t\x12\x0f\n\x07\x65ntries\x18\x06 \x03(\x0cJ\x04\x08\x04\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,5 +22,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'autotune_cache.proto.binary
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_BINARYCOPY']._serialized_start=59
-  _globals['_BINARYCOPY']._serialized_end=192
+  _globals['_BINARYCOPY']._serialized_end=197
 # @@protoc_insertion_point(module_scope)

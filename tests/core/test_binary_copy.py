@@ -81,7 +81,7 @@ def test_a_consistent_copy_that_lies_about_a_key_is_caught_on_use(tmp_path, copi
     entries[0], entries[1] = entries[1], entries[0]
     del msg.entries[:]
     msg.entries.extend(entries)
-    msg.content_sha256 = binary_copy._content_sha256(list(msg.digests), entries)
+    msg.content_crc32 = binary_copy._content_crc32(list(msg.digests), entries)
     copy.write_bytes(msg.SerializeToString())
     loaded = binary_copy.load_file(path)
     assert loaded.from_copy
