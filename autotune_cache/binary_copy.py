@@ -43,7 +43,12 @@ from google.protobuf import message
 
 from autotune_cache import env
 from autotune_cache.atomic import write_atomic
-from autotune_cache.formats import is_text_path, parse_results, read_results_file
+from autotune_cache.formats import (
+    MAX_FILE_BYTES,
+    is_text_path,
+    parse_results,
+    read_results_file,
+)
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.proto import binary_copy_pb2
@@ -216,17 +221,33 @@ def make_copy(path: Path | str, directory: Path | str) -> Path:
 
 def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     """Load one results file (text or binary by its extension), through its binary copy when
-    the file is large and a valid copy exists; writes the copy when it does not."""
+    the file is large and a valid copy exists; writes the copy when it does not.
+
+    With a copy, the file is only hashed (in chunks: no copy of its bytes in memory); it is read
+    and parsed only when there is no valid copy, and the copy written then is keyed by the
+    bytes actually parsed."""
     path = Path(path)
-    data = read_results_file(path)
-    directory = copy_dir() if use_copy and len(data) >= MIN_BYTES else None
-    if directory is None:
-        return _parse_file(path, data)
-    source_sha = hashlib.sha256(data).hexdigest()
+    directory = copy_dir() if use_copy else None
     kind = "text" if is_text_path(path) else "binary"
-    copy = directory / f"{source_sha}-{kind}{COPY_SUFFIX}"
-    loaded = _read_copy(path, source_sha, copy)
-    if loaded is None:
-        loaded = _parse_file(path, data)
-        _write_copy(path, source_sha, copy, loaded)
+    if directory is not None:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1  # read_results_file below says what is wrong
+        if MIN_BYTES <= size <= MAX_FILE_BYTES:
+            try:
+                with open(path, "rb") as f:
+                    source_sha = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError:
+                source_sha = ""
+            if source_sha:
+                loaded = _read_copy(path, source_sha, directory / f"{source_sha}-{kind}"
+                                                                  f"{COPY_SUFFIX}")
+                if loaded is not None:
+                    return loaded
+    data = read_results_file(path)
+    loaded = _parse_file(path, data)
+    if directory is not None and len(data) >= MIN_BYTES:
+        source_sha = hashlib.sha256(data).hexdigest()
+        _write_copy(path, source_sha, directory / f"{source_sha}-{kind}{COPY_SUFFIX}", loaded)
     return loaded
