@@ -8,7 +8,8 @@ process (the three shapes' first and second calls), "wall" the whole process.
 
   C   cold tuning, empty compile cache: triton.autotune(cache_results=True) vs ours (dumping
       the results file the later runs load). Target: ours <= 0.30x of Triton.
-  D   quality of C's winners: every candidate re-timed (median of 5 do_bench medians) with the
+  D   quality of C's winners: every candidate re-timed (median of 5 do_bench medians, warmup
+      10 ms, rep 25 ms each) with the
       compile cache C left; each tuner's pick against the fastest. Target: within 3 %.
   A   fresh sandbox: ours loading C's results, empty compile cache. Target: Triton cold / A
       >= 30x, and A <= 1.3x of `winners` (the plain kernel launched with exactly the recorded
@@ -214,7 +215,7 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace, pythonpath: lis
         winners_file.write_text(json.dumps(winners))
         out["quality"] = run.run("D quality", [
             sys.executable, str(BENCH / "triton_quality.py"), "--winners", str(winners_file),
-            "--runs", "1" if args.smoke else "5", "--rep", "5" if args.smoke else "40"],
+            "--runs", "1" if args.smoke else "5", "--rep", "5" if args.smoke else "25"],
             run.env("", tc_triton))
     print("== E: hit path of a tiny kernel", flush=True)
     out["launch"] = run.run("E launch", [

@@ -1,13 +1,13 @@
 """Quality of tuned winners (target D of issue 13): re-benchmark every candidate carefully.
 
-    python bench/triton_quality.py --winners WINNERS.json [--runs 5] [--rep 40]
+    python bench/triton_quality.py --winners WINNERS.json [--runs 5] [--warmup 10] [--rep 25]
 
 WINNERS.json maps a tuner's name to {"M,N,K": "<str(config)>"} (what
 bench/triton_matmul_workload.py reports as `best`). For each of the workload's shapes every
-candidate config is timed `--runs` times with triton.testing.do_bench (median mode, `--rep` ms
-each), its time being the median of those runs; then each tuner's pick is compared with the
-fastest: its slowdown in percent, and whether the tuners agree. Run it with the compile cache
-the tuning runs left, so nothing here compiles twice.
+candidate config is timed `--runs` times with triton.testing.do_bench (median mode, `--warmup`
+and `--rep` ms each), its time being the median of those runs; then each tuner's pick is
+compared with the fastest: its slowdown in percent, and whether the tuners agree. Run it with
+the compile cache the tuning runs left, so nothing here compiles twice.
 
 Prints `RESULT {json}`. Under TRITON_INTERPRET=1 the times are host wall clock of one launch.
 """
@@ -32,13 +32,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--winners", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--rep", type=float, default=40.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--rep", type=float, default=25.0)
     args = parser.parse_args()
     winners: dict[str, dict[str, str]] = json.loads(args.winners.read_text())
     import torch
 
     fn = w.mm_static_k if w.INTERPRET else w.mm
-    out: dict = {"runs": args.runs, "rep_ms": args.rep, "shapes": []}
+    out: dict = {"runs": args.runs, "warmup_ms": args.warmup, "rep_ms": args.rep, "shapes": []}
     for m, n, k in w.SHAPES:
         gen = torch.Generator(device=w.DEVICE).manual_seed(m + n + k)
         a = torch.randn(m, k, device=w.DEVICE, generator=gen).to(torch.float16)
@@ -62,8 +63,8 @@ def main() -> int:
                         launch()
                         samples.append((time.perf_counter() - started) * 1e3)
                 else:
-                    samples = [triton.testing.do_bench(launch, rep=args.rep,
-                                                       return_mode="median")
+                    samples = [triton.testing.do_bench(launch, warmup=args.warmup,
+                                                       rep=args.rep, return_mode="median")
                                for _ in range(args.runs)]
                 times[str(config)] = statistics.median(samples)
             except Exception as e:  # out of resources: not a candidate on this GPU
