@@ -9,8 +9,8 @@ process (the three shapes' first and second calls), "wall" the whole process.
   C   cold tuning, empty compile cache: triton.autotune(cache_results=True) vs ours (dumping
       the results file the later runs load). Target: ours <= 0.30x of Triton.
   D   quality of C's winners: every candidate re-timed (median of 5 do_bench medians, warmup
-      10 ms, rep 25 ms each) with the
-      compile cache C left; each tuner's pick against the fastest. Target: within 3 %.
+      10 ms, rep 25 ms each) with the compile cache C left; each tuner's pick against the
+      fastest. Target: within 3 %.
   A   fresh sandbox: ours loading C's results, empty compile cache. Target: Triton cold / A
       >= 30x, and A <= 1.3x of `winners` (the plain kernel launched with exactly the recorded
       winners: the compile-the-winners-once floor).
