@@ -25,7 +25,8 @@ process (the three shapes' first and second calls), "wall" the whole process.
 A2 needs a Redis server and client: `redis-server` on PATH or a redis_server wheel in .whl/
 (PyPI `redis-server`, whose wheel carries a static-enough redis-server binary), and `redis`
 importable or as a wheel in .whl/. Writes OUT_DIR/gpu_perf.json, OUT_DIR/gpu_perf.md and
-OUT_DIR/gpu_perf_logs.txt (every child's output). --smoke runs a tiny version on any machine
+OUT_DIR/gpu_perf_logs.txt (every child's output; OUT_DIR/gpu_perf_partial.json holds each
+child's result as it finishes). --smoke runs a tiny version on any machine
 (2 configs, 1 shape, few launches; Triton's autotuner fails under the interpreter and is
 reported as such): CI checks that the script works, never its numbers.
 """
@@ -58,10 +59,14 @@ TARGETS = {"C": "<= 0.30x", "D": "<= 3 %", "A": ">= 30x, <= 1.3x of winners",
 class Runner:
     """Runs children, appending everything they print to one log file."""
 
-    def __init__(self, log: Path, smoke: bool, pythonpath: list[str]) -> None:
+    def __init__(self, log: Path, smoke: bool, pythonpath: list[str],
+                 partial_path: Path | None = None) -> None:
         self.log = log
         self.smoke = smoke
         self.pythonpath = pythonpath
+        # Every child's result as it finishes, so a run cut short still leaves its figures.
+        self.partial_path = partial_path
+        self.partial: dict | None = {} if partial_path is not None else None
 
     def env(self, flags: str = "", triton_cache: Path | None = None) -> dict[str, str]:
         environment = {k: v for k, v in os.environ.items()
@@ -98,6 +103,9 @@ class Runner:
                 result.update(json.loads(line[len("RESULT "):]))
         if rc != 0 and "error" not in result:
             result["error"] = (stderr.strip().splitlines() or [f"exit {rc}"])[-1][:300]
+        if self.partial is not None:
+            self.partial[label] = result
+            self.partial_path.write_text(json.dumps(self.partial, indent=1) + "\n")
         print(f"  {label:<16} rc={rc} wall={wall:6.2f}s workload="
               f"{result.get('workload_s', '-')}", flush=True)
         return result
@@ -169,7 +177,7 @@ def _w(result: dict) -> float | None:
     return None if "error" in result else result.get("workload_s")
 
 
-def scenarios(run: Runner, work: Path, args: argparse.Namespace, pythonpath: list[str]) -> dict:
+def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
     def fresh(name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"tc-{name}-", dir=work))
 
@@ -206,6 +214,11 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace, pythonpath: lis
     print("== B: both caches warm", flush=True)
     out["triton_warm"] = run.workload("B triton", "triton-cached", "", tc_triton)
     out["ours_warm"] = run.workload("B ours", "ours", load, tc_a)
+    print("== E: hit path of a tiny kernel", flush=True)
+    out["launch"] = run.run("E launch", [
+        sys.executable, str(BENCH / "triton_launch_overhead.py"),
+        "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "7"],
+        run.env("", fresh("launch")))
     if not args.skip_quality:
         print("== D: quality of the winners", flush=True)
         winners = {name: {",".join(map(str, s["shape"])): s["best"]
@@ -217,11 +230,6 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace, pythonpath: lis
             sys.executable, str(BENCH / "triton_quality.py"), "--winners", str(winners_file),
             "--runs", "1" if args.smoke else "5", "--rep", "5" if args.smoke else "25"],
             run.env("", tc_triton))
-    print("== E: hit path of a tiny kernel", flush=True)
-    out["launch"] = run.run("E launch", [
-        sys.executable, str(BENCH / "triton_launch_overhead.py"),
-        "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "7"],
-        run.env("", fresh("launch")))
     return out
 
 
@@ -322,8 +330,8 @@ def main() -> int:
     }
     print(json.dumps(env_report), flush=True)
     started = time.perf_counter()
-    run = Runner(log, args.smoke, pythonpath)
-    raw = scenarios(run, work, args, pythonpath)
+    run = Runner(log, args.smoke, pythonpath, out_dir / "gpu_perf_partial.json")
+    raw = scenarios(run, work, args)
     summary = summarise(raw)
     result = {"env": env_report, "summary": summary, "raw": raw,
               "total_s": round(time.perf_counter() - started, 1)}
