@@ -144,7 +144,9 @@ class Autotuner(_TritonAutotuner):
         self._arg_name_set = frozenset(self.arg_names)
         self._key_positions = [self.arg_names.index(k) for k in self.keys
                                if k in self.arg_names]
-        self._resolved: dict[tuple, tuple[Any, dict[str, Any]]] = {}
+        self._resolved: dict[tuple, tuple[Any, dict[str, Any], tuple]] = {}
+        # Triton's specialization data of each candidate's last compile here, by match_text.
+        self._specializations: dict[str, str] = {}
         # Background compiles of loaded winners, by key digest (see _preload_winners).
         self._preloads: dict[str, Future[None]] | None = None
         self._source_fingerprint: str | None = None
@@ -182,18 +184,25 @@ class Autotuner(_TritonAutotuner):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Launch the kernel with the cached (or freshly tuned) best config for these args.
 
-        The hit path first (target E of issue 13): when no keyword names a kernel argument, the
-        memo key is built from precomputed positions (the same tuple `triton_style_key` builds)
-        and a config without a pre_hook is launched with its meta-parameters resolved once per
-        key, without building the argument dicts the hooks need."""
+        The hit path first (target E of issue 13): when no keyword names a kernel argument, a
+        fast key (the key arguments' values by precomputed position, then every argument's
+        dtype or None) finds the config resolved for it, with its meta-parameters, and the
+        Triton-style memo it was resolved under; it is launched when Triton's memo still holds
+        that config (so clearing `kernel.cache` re-tunes, as in Triton). Configs with a
+        pre_hook, and calls passing kernel arguments by keyword, take the full path."""
         if len(self.configs) > 1 and self._arg_name_set.isdisjoint(kwargs):
-            memo = tuple([args[i] for i in self._key_positions if i < len(args)]
-                         + [str(a.dtype) for a in args if hasattr(a, "dtype")])
-            resolved = self._resolved.get(memo)
-            if resolved is not None and self.cache.get(memo) is resolved[0]:
+            fast = (*[args[i] for i in self._key_positions if i < len(args)],
+                    *[getattr(a, "dtype", None) for a in args])
+            resolved = self._resolved.get(fast)
+            if resolved is not None and self.cache.get(resolved[2]) is resolved[0]:
                 self.best_config = resolved[0]
                 return self.fn.run(*args, **kwargs, **resolved[1])
         return self._run(*args, **kwargs)
+
+    def _fast_key(self, args: Sequence[Any]) -> tuple:
+        """The hit path's key for positional `args` (see run)."""
+        return (*[args[i] for i in self._key_positions if i < len(args)],
+                *[getattr(a, "dtype", None) for a in args])
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         """The full launch path: key, lookup or tuning, hooks."""
@@ -206,8 +215,8 @@ class Autotuner(_TritonAutotuner):
                 config, tuned = self._select(args, kwargs, all_args)
                 self.cache[memo] = config
                 self._notify_listener(memo, config, tuned)
-            if config.pre_hook is None:
-                self._resolved[memo] = (config, config.all_kwargs())
+            if config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs):
+                self._resolved[self._fast_key(args)] = (config, config.all_kwargs(), memo)
         else:
             config = self.configs[0]
         self.best_config = config
@@ -484,7 +493,13 @@ class Autotuner(_TritonAutotuner):
         entry, best = build_entry(key, configs, candidates, plan.benchmark.method,
                                   time.perf_counter() - started,
                                   eligible=finalists | plan.reused.keys() if measured else None)
-        entry.result.triton_specialization = plan.specializations.get(best, "")
+        # A candidate compiled by an earlier tuning in this process (another problem with the
+        # same specialization) starts no compile now: its last recorded data stands in. Were it
+        # for another specialization, a preload of it would only be wasted, never launched.
+        for i, spec in plan.specializations.items():
+            self._specializations[match_text(configs[i])] = spec
+        entry.result.triton_specialization = self._specializations.get(
+            match_text(configs[best]), "")
         if measured:  # as Triton does after benchmarking, with the winner's meta-parameters
             self.pre_hook(self._full_nargs(configs[best], kwargs), reset_only=True)
         cache.record(entry, benchmarks=completed)

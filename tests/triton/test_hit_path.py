@@ -11,17 +11,18 @@ from tests.triton import kernels
 TABLE = {16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0}
 
 
-def fast_memo(kernel, args):
-    return tuple([args[i] for i in kernel._key_positions if i < len(args)]
-                 + [str(a.dtype) for a in args if hasattr(a, "dtype")])
-
-
-def test_the_fast_memo_is_tritons_key():
+def test_the_fast_key_resolves_to_tritons_memo(use_cache, fake):
+    use_cache()
+    fake(TABLE)
     kernel = kernels.tuned_add()
-    x = torch.zeros(4)
-    args = (x, x, x, 4)
-    assert fast_memo(kernel, args) == triton_style_key(
-        kernel.arg_names, kernel.keys, dict(zip(kernel.arg_names, args, strict=False)))
+    kernels.launch_add(kernel, n=100)
+    ((fast, (config, launch_kwargs, memo)),) = kernel._resolved.items()
+    x = torch.rand(100)
+    args = (x, x, x, 100)
+    assert fast == kernel._fast_key(args)
+    assert memo == triton_style_key(kernel.arg_names, kernel.keys,
+                                    dict(zip(kernel.arg_names, args, strict=False)))
+    assert kernel.cache[memo] is config and launch_kwargs == config.all_kwargs()
 
 
 def test_hits_launch_the_winner_and_follow_retuning(use_cache, fake):
