@@ -53,7 +53,9 @@ def main() -> int:
         left.text(v * 1.05, y, f"{v:.2f} s", va="center", fontsize=8)
     left.set_xlim(right=max(values) * 4 if values else 1)
     names = [n for n in ("plain_jit", "triton_autotune", "ours") if n in launch]
-    right.bar(names, [launch[n] for n in names],
+    pretty = {"plain_jit": "plain\n@triton.jit", "triton_autotune": "triton.\nautotune",
+              "ours": "ours"}
+    right.bar([pretty[n] for n in names], [launch[n] for n in names],
               color=[THEIRS if n != "ours" else OURS for n in names])
     right.set_ylabel("µs per launch")
     right.set_title("E  hit path, 1024-element add", fontsize=9)
