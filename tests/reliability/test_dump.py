@@ -52,13 +52,13 @@ def test_dump_that_fails_at_exit_fails_the_process_and_keeps_the_old_dump(tmp_pa
     save_results(loaded, [fake_tune(make_key())])
     dump = tmp_path / "dump.textproto"
     dump.write_text("version: 1\n")
-    code = DISK_FULL + """
+    code = DISK_FULL + f"""
 from autotune_cache import configure, get_cache, Settings
 from tests.cachetools import make_key
-configure(Settings(load_from={loaded!r}, dump_to={dump!r}))
+configure(Settings(load_from={str(loaded)!r}, dump_to={str(dump)!r}))
 assert get_cache().lookup(make_key()) is not None  # a hit only: the dump is written at exit
 print("done")
-""".format(loaded=str(loaded), dump=str(dump))
+"""
     res = run_python(code, env={"PYTHONDONTWRITEBYTECODE": "1"})
     res.assert_no_traceback()
     assert res.out.strip() == "done"
@@ -71,11 +71,11 @@ def test_disk_full_messages_name_the_path(tmp_path):
     src = tmp_path / "in.textproto"
     save_results(src, [fake_tune(make_key(problem={"i": i})) for i in range(5)])
     dst = tmp_path / "out.textproto"
-    code = DISK_FULL + """
+    code = DISK_FULL + f"""
 import sys
 from autotune_cache.cli import main
-sys.exit(main(["convert", {src!r}, {dst!r}]))
-""".format(src=str(src), dst=str(dst))
+sys.exit(main(["convert", {str(src)!r}, {str(dst)!r}]))
+"""
     res = run_python(code, env={"PYTHONDONTWRITEBYTECODE": "1"})
     res.assert_no_traceback()
     assert res.rc == 2 and str(dst) in res.err, res.err

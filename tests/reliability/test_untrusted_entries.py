@@ -137,20 +137,20 @@ def test_triton_kernel_never_launches_a_planted_malformed_winner(tmp_path):
     """A real Triton kernel (CPU interpreter): the directory entry's winner is given a parameter
     the kernel does not take. The next run warns, re-tunes and computes the right answer, instead
     of dying in Triton with a TypeError that names no file."""
-    worker = """
+    worker = f"""
         import os, sys
         os.environ["TRITON_INTERPRET"] = "1"
         import autotune_cache
         from autotune_cache import Settings
         from autotune_cache.triton import bench
         from tests.triton import kernels
-        cache = autotune_cache.configure(Settings(cache_dir={dir!r}))
+        cache = autotune_cache.configure(Settings(cache_dir={str(tmp_path)!r}))
         bench.set_fake_benchmark(lambda config, problem: {{16: 3.0, 32: 1.0, 64: 2.0,
                                                             128: 4.0}}[config.kwargs["BLOCK_SIZE"]])
         out, expected = kernels.launch_add(kernels.tuned_add(), n=100)
         assert bool((out == expected).all()), "wrong result"
         print("benchmarks", cache.stats.benchmarks)
-    """.format(dir=str(tmp_path))
+    """
     first = run_python(worker, timeout=300)
     assert first.rc == 0, first.text
     (path,) = DirectoryStore(tmp_path).entry_files()
