@@ -1,4 +1,4 @@
-"""The tiered results cache: memory, then loaded files, then the cache directory."""
+"""The tiered results cache: memory and loaded files, the cache directory, the remote server."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from autotune_cache.atomic import current_umask
+from autotune_cache import env
 from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.errors import CacheDirError, DumpShardingError, MissingResultError
 from autotune_cache.flags import Settings, regen_hint, settings_from_env
-from autotune_cache.formats import load_results, save_results
+from autotune_cache.formats import Keyed, save_keyed
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.remote import RemoteStore
 from autotune_cache.stats import Stats
+from autotune_cache.tiers import DirectoryTier, Found, MemoryTier, Tier, build_tiers
 
 log = logging.getLogger("autotune_cache")
 
@@ -41,75 +40,64 @@ def _check_writable_parent(path: Path, flag: str) -> None:
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
 
 
-@dataclass(frozen=True)
-class Found:
-    """An entry together with where it came from, for messages."""
-
-    entry: pb.Entry
-    key: CacheKey
-    origin: str
-
-
 class Cache:
-    """Looks results up across tiers and records new ones to every writable tier."""
+    """Looks results up across an ordered list of tiers (tiers/) and records new ones to every
+    writable tier; the tiers' order is the lookup order."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self.stats = Stats()
         self._lock = threading.RLock()
-        self._memory: dict[str, Found] = {}
-        self._loaded: dict[str, Found] = {}
-        self._used: dict[str, pb.Entry] = {}
+        self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
-        if self.settings.dump_to and int(os.environ.get("TEST_TOTAL_SHARDS", "1") or 1) > 1:
+        if self.settings.dump_to and (shards := env.total_shards()) > 1:
             raise DumpShardingError(
                 f"--dump_autotune_results_to={self.settings.dump_to}: this test runs in "
-                f"{os.environ['TEST_TOTAL_SHARDS']} shards, so no shard sees every result and the "
+                f"{shards} shards, so no shard sees every result and the "
                 "dump would be incomplete. Run the dump with --test_sharding_strategy=disabled "
                 "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
                 "force shards on it)."
             )
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
-        for path in self.settings.load_from:
-            for entry in load_results(path):
-                key = CacheKey.from_proto(entry.key)
-                digest = key.digest()
-                if digest in self._loaded:
-                    log.debug("autotune_cache: %s overrides %s for %s",
-                              path, self._loaded[digest].origin, key.describe())
-                self._loaded[digest] = Found(entry, key, str(path))
-        settings = self.settings
-        self.store = DirectoryStore(settings.cache_dir) if settings.cache_dir else None
-        self.remote = RemoteStore(settings.remote_cache) if settings.remote_cache else None
+        self.tiers: list[Tier] = build_tiers(self.settings)
+        memory = self.tiers[0]
+        assert isinstance(memory, MemoryTier)
+        self.memory = memory
+
+    @property
+    def store(self) -> DirectoryStore | None:
+        """The cache directory's store, when --autotune_cache_dir is set."""
+        for tier in self.tiers:
+            if isinstance(tier, DirectoryTier):
+                return tier.store
+        return None
+
+    def _shared(self) -> list[Tier]:
+        return [t for t in self.tiers if t.shared]
 
     # ----- lookups -------------------------------------------------------------------------
 
     def _find(self, key: CacheKey) -> Found | None:
-        digest = key.digest()
-        found = self._memory.get(digest) or self._loaded.get(digest)
-        if found is None and self.store is not None:
-            entry = self.store.get(key)
-            if entry is not None:
-                found = Found(entry, key, str(self.store.path_for(key)))
-        if found is None and self.remote is not None:
-            entry = self.remote.get(key)
-            if entry is not None:
-                found = Found(entry, key, f"remote {self.remote.url}")
-                if self.store is not None and self.settings.cache_mode == "update":
-                    self.store.put(entry)  # keep a local copy for the next process
-        return found
+        for i, tier in enumerate(self.tiers):
+            found = tier.get(key)
+            if found is not None:
+                # Keep a copy in the shared tiers before this one for the next process.
+                for earlier in self.tiers[:i]:
+                    if earlier.shared and earlier.writable:
+                        earlier.put(key, found.entry)
+                return found
+        return None
 
     def lookup(self, key: CacheKey) -> pb.Entry | None:
         """The recorded entry for `key`, or None on a miss (an error under require_complete)."""
         with self._lock:
-            digest = key.digest()
-            in_memory = digest in self._memory
+            in_memory = self.memory.in_memory(key)
             found = self._find(key)
             if found is not None:
                 self.stats.hit(0.0 if in_memory else found.entry.result.tuning_seconds)
-                self._memory[digest] = found
-                self._mark_used(found.entry)
+                self.memory.remember(found)
+                self._mark_used(found.key, found.entry)
                 return found.entry
             near = self.near_misses(key)
             # Entries that differ only in the candidate list are not stale: their timings are
@@ -132,42 +120,24 @@ class Cache:
         """Re-read the shared tiers (directory, remote) for `key`, after waiting for another
         process's tuning of it."""
         with self._lock:
-            found = None
-            if self.store is not None and (entry := self.store.get(key)) is not None:
-                found = Found(entry, key, str(self.store.path_for(key)))
-            elif self.remote is not None and (entry := self.remote.get(key)) is not None:
-                found = Found(entry, key, f"remote {self.remote.url}")
+            found = next((f for t in self._shared() if (f := t.get(key)) is not None), None)
             if found is None:
                 return None
-            self._memory[key.digest()] = found
+            self.memory.remember(found)
             self.stats.from_peer(found.entry.result.tuning_seconds)
-            self._mark_used(found.entry)
+            self._mark_used(key, found.entry)
             return found.entry
 
     def _same_problem(self, key: CacheKey) -> Iterator[Found]:
         """Every known entry for key's kernel and problem, from every tier, once each."""
         seen: set[str] = set()
-
-        def fresh(entry: pb.Entry, origin: str) -> Found | None:
-            k = CacheKey.from_proto(entry.key)
-            if k.kernel != key.kernel or k.problem != key.problem or k.digest() in seen:
-                return None
-            seen.add(k.digest())
-            return Found(entry, k, origin)
-
-        for tier in (self._memory, self._loaded):
-            for found in list(tier.values()):
-                if (f := fresh(found.entry, found.origin)) is not None:
-                    yield f
-        if self.store is not None:
-            for entry in self.store.same_problem(key):
-                k = CacheKey.from_proto(entry.key)
-                if (f := fresh(entry, str(self.store.path_for(k)))) is not None:
-                    yield f
-        if self.remote is not None:
-            for entry in self.remote.same_problem(key):
-                if (f := fresh(entry, f"remote {self.remote.url}")) is not None:
-                    yield f
+        for tier in self.tiers:
+            for found in tier.same_problem(key):
+                k = found.key
+                if k.kernel != key.kernel or k.problem != key.problem or k.digest() in seen:
+                    continue
+                seen.add(k.digest())
+                yield found
 
     def near_misses(self, key: CacheKey) -> list[Found]:
         """Entries for the same kernel and problem under another device, toolchain or source."""
@@ -181,11 +151,7 @@ class Cache:
 
     def missing_message(self, key: CacheKey, near: list[Found]) -> str:
         """The require_complete error: what is missing, what is stale, how to regenerate."""
-        sources = [str(p) for p in self.settings.load_from]
-        if self.settings.cache_dir:
-            sources.append(f"cache dir {self.settings.cache_dir}")
-        if self.settings.remote_cache:
-            sources.append(f"remote {self.settings.remote_cache}")
+        sources = [s for tier in self.tiers for s in tier.searched()]
         lines = [
             "autotune_cache: no tuned result for",
             f"  kernel:    {key.kernel}",
@@ -211,23 +177,22 @@ class Cache:
 
     # ----- recording -----------------------------------------------------------------------
 
-    def record(self, entry: pb.Entry, *, benchmarks: int = 0) -> None:
-        """Store a newly tuned entry in memory, the directory (unless read mode) and the dump."""
-        key = CacheKey.from_proto(entry.key)
+    def record(self, entry: pb.Entry, *, benchmarks: int = 0, key: CacheKey | None = None
+               ) -> None:
+        """Store a newly tuned entry in memory, every writable shared tier and the dump; pass
+        `key` (the entry's key) when it is at hand, so it is not rebuilt from the entry."""
+        key = CacheKey.from_proto(entry.key) if key is None else key
         with self._lock:
-            self._memory[key.digest()] = Found(entry, key, "this process")
             self.stats.tuning_done(entry.result.tuning_seconds, benchmarks)
-            if self.settings.cache_mode == "update":
-                if self.store is not None:
-                    self.store.put(entry)
-                if self.remote is not None:
-                    self.remote.put(entry)
-            self._mark_used(entry)
+            for tier in self.tiers:
+                if tier.writable:
+                    tier.put(key, entry)
+            self._mark_used(key, entry)
             self.flush_dump()
 
-    def _mark_used(self, entry: pb.Entry) -> None:
+    def _mark_used(self, key: CacheKey, entry: pb.Entry) -> None:
         if self.settings.dump_to is not None:
-            self._used[CacheKey.from_proto(entry.key).digest()] = entry
+            self._used[key.digest()] = (key, entry)
             self._dump_dirty = True
 
     def flush_dump(self) -> None:
@@ -235,7 +200,7 @@ class Cache:
         with self._lock:
             if self.settings.dump_to is not None and self._dump_dirty:
                 try:
-                    save_results(self.settings.dump_to, self._used.values())
+                    save_keyed(self.settings.dump_to, self._used.values())
                 except OSError as e:
                     raise CacheDirError(
                         f"--dump_autotune_results_to={self.settings.dump_to}: cannot write the "
@@ -253,38 +218,15 @@ class Cache:
 
     @contextlib.contextmanager
     def tune_lock(self, key: CacheKey, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[bool]:
-        """Hold the cross-process lock for tuning `key` (the directory's, else the remote
-        server's); yields False when nothing is shared (nothing to lock), True once held."""
-        if self.settings.cache_mode == "read" or (self.store is None and self.remote is None):
+        """Hold the cross-process lock for tuning `key`: the first writable shared tier's (the
+        directory's, else the remote server's); yields False when nothing is shared and
+        writable (nothing to lock), True once held."""
+        tier = next((t for t in self._shared() if t.writable), None)
+        if tier is None:
             yield False
             return
-        if self.store is None:
-            assert self.remote is not None
-            with self.remote.lock(key, timeout) as held:
-                yield held
-            return
-        try:
-            from filelock import FileLock, Timeout
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "autotune_cache needs `filelock` to share a cache directory between processes: "
-                "pip install 'autotune_cache[triton]'"
-            ) from e
-        # The lock file follows the umask, as every cache file does; filelock 3.x would otherwise
-        # force 0644 and lock the other users of a shared directory out.
-        lock = FileLock(str(self.store.lock_path(key)), mode=0o666 & ~current_umask())
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise TimeoutError(
-                f"autotune_cache: waited {timeout:.0f} s for another process tuning "
-                f"{key.describe()} (lock {lock.lock_file}); if no such process is alive, "
-                "delete the lock file."
-            ) from None
-        try:
-            yield True
-        finally:
-            lock.release()
+        with tier.lock(key, timeout) as held:
+            yield held
 
 
 _cache: Cache | None = None

@@ -9,11 +9,18 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.readers import ResultSet, Row, is_directory_path, load_any
+from autotune_cache.resultsets.base import (
+    CONFLICT_POLICIES,
+    apply_prune,
+    diff_rows,
+    is_directory_path,
+    merge_sets,
+    prune_plan,
+)
+from autotune_cache.resultsets.registry import load_any
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -68,53 +75,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    sets = [load_any(p) for p in args.srcs]
-    formats = {rs.format_name for rs in sets}
-    if len(formats) > 1:
-        raise AutotuneCacheError(
-            f"merge: inputs are of different formats ({', '.join(sorted(formats))}); "
-            "convert them to one format first"
-        )
-    merged: ResultSet = sets[0]
-    winner: dict[str, Row] = {r.id: r for r in sets[0].rows()}
-    conflicts = []
-    for path, rs in zip(args.srcs[1:], sets[1:], strict=True):
-        prefer: set[str] = set()
-        for row in rs.rows():
-            old = winner.get(row.id)
-            if old is None:
-                winner[row.id] = row
-                continue
-            if old.payload == row.payload:
-                continue
-            if args.on_conflict == "error":
-                conflicts.append(f"  {row.kernel} [{row.problem}] on {row.device} (in {path})")
-                continue
-            if args.on_conflict == "newest":
-                take = row.tuned_at >= old.tuned_at
-            else:
-                take = (row.time_ms if row.time_ms is not None else float("inf")) < (
-                    old.time_ms if old.time_ms is not None else float("inf"))
-            if take:
-                prefer.add(row.id)
-                winner[row.id] = row
-        merged = merged.merge(rs, prefer)
-    if conflicts:
+    outcome = merge_sets([(p, load_any(p)) for p in args.srcs], args.on_conflict)
+    if outcome.conflicts:
         print("merge: conflicting entries (use --on-conflict=newest or fastest):", file=sys.stderr)
-        print("\n".join(conflicts), file=sys.stderr)
+        print("\n".join(outcome.conflicts), file=sys.stderr)
         return 1
-    merged.save(args.output)
-    print(f"wrote {len(winner)} entries to {args.output}")
+    outcome.result.save(args.output)
+    print(f"wrote {outcome.count} entries to {args.output}")
     return 0
-
-
-def diff_rows(a: list[Row], b: list[Row]) -> tuple[list[Row], list[Row], list[Row]]:
-    """Entries added in b, removed from a, and changed between them."""
-    ia, ib = {r.id: r for r in a}, {r.id: r for r in b}
-    added = [r for r in b if r.id not in ia]
-    removed = [r for r in a if r.id not in ib]
-    changed = [r for r in b if r.id in ia and ia[r.id].payload != r.payload]
-    return added, removed, changed
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -145,60 +113,27 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-def _tuned_epoch(row: Row) -> float | None:
-    if not row.tuned_at:
-        return None
-    try:
-        ts = datetime.fromisoformat(row.tuned_at.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    return ts.timestamp()
-
-
 def cmd_prune(args: argparse.Namespace) -> int:
     if not (args.keep_device or args.keep_toolchain or args.older_than is not None):
         print("prune: nothing to prune by; only removing leftover temp, lock and damaged files",
               file=sys.stderr)
     rs = load_any(args.path)
-    now = time.time()
-    keep, drop = [], []
-    unknown_device = 0
-    for row in rs.rows():
-        reasons = []
-        if args.keep_device and not row.device:
-            unknown_device += 1  # e.g. XLA's legacy per-fusion files do not record the device
-        elif args.keep_device and not any(
-                d.lower() in row.device.lower() for d in args.keep_device):
-            reasons.append("device")
-        if args.keep_toolchain and not any(
-                t.lower() in row.toolchain.lower() for t in args.keep_toolchain):
-            reasons.append("toolchain")
-        tuned = _tuned_epoch(row)
-        if args.older_than is not None and tuned is not None and now - tuned > args.older_than:
-            reasons.append("age")
-        (drop if reasons else keep).append((row, reasons))
+    plan = prune_plan(rs.rows(), keep_device=args.keep_device,
+                      keep_toolchain=args.keep_toolchain, older_than=args.older_than,
+                      now=time.time())
     verb = "would remove" if args.dry_run else "removed"
-    for row, reasons in drop:
+    for row, reasons in plan.drop:
         print(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
-    if unknown_device:
-        print(f"prune: kept {unknown_device} entries whose device is not recorded in {args.path}; "
-              "--keep-device cannot judge them", file=sys.stderr)
+    if plan.unknown_device:
+        print(f"prune: kept {plan.unknown_device} entries whose device is not recorded in "
+              f"{args.path}; --keep-device cannot judge them", file=sys.stderr)
     temps = rs.leftovers() if args.path.is_dir() else []
     for t in temps:
         print(f"{verb} leftover file {t}")
     if not args.dry_run:
-        if args.path.is_dir():
-            for row, _ in drop:
-                if row.source:
-                    Path(row.source).unlink(missing_ok=True)
-            for t in temps:
-                t.unlink(missing_ok=True)
-        elif drop:
-            rs.select({r.id for r, _ in keep}).save(args.path)
-    print(f"{verb} {len(drop)} entries and {len(temps)} leftover files (temp, lock, damaged); "
-          f"{len(keep)} entries kept")
+        apply_prune(rs, args.path, plan, temps)
+    print(f"{verb} {len(plan.drop)} entries and {len(temps)} leftover files (temp, lock, "
+          f"damaged); {len(plan.keep)} entries kept")
     return 0
 
 
@@ -239,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("merge", help="merge several files or directories of one format")
     s.add_argument("srcs", nargs="+", type=Path)
     s.add_argument("-o", "--output", type=Path, required=True)
-    s.add_argument("--on-conflict", choices=("newest", "fastest", "error"), default="error")
+    s.add_argument("--on-conflict", choices=CONFLICT_POLICIES, default="error")
     s.set_defaults(func=cmd_merge)
     s = sub.add_parser("diff", help="added/removed/changed entries; exit 1 when they differ")
     s.add_argument("a", type=Path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CacheDirError, CorruptFileError
-from autotune_cache.formats import parse_results, read_capped, serialize_results
+from autotune_cache.formats import parse_results, read_capped, serialize_keyed
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 
@@ -79,11 +79,13 @@ class DirectoryStore:
             return None
         return entry
 
-    def put(self, entry: pb.Entry) -> Path:
-        """Store one entry atomically; concurrent writers of one key leave one whole file."""
-        path = self.path_for(CacheKey.from_proto(entry.key))
+    def put(self, entry: pb.Entry, key: CacheKey | None = None) -> Path:
+        """Store one entry atomically (under `key`, its key, when the caller has it built);
+        concurrent writers of one key leave one whole file."""
+        key = CacheKey.from_proto(entry.key) if key is None else key
+        path = self.path_for(key)
         try:
-            write_atomic(path, serialize_results([entry], text=True))
+            write_atomic(path, serialize_keyed([(key, entry)], text=True))
         except OSError as e:
             raise CacheDirError(
                 f"--autotune_cache_dir={self.root}: cannot write {path.name} ({e.strerror}). "

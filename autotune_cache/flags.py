@@ -8,10 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from autotune_cache import env as environment
 from autotune_cache.errors import FlagError, PathPrefixError
 
-ENV_VAR = "AUTOTUNE_FLAGS"
-REGEN_HINT_ENV = "AUTOTUNE_REGEN_HINT"
+ENV_VAR = environment.AUTOTUNE_FLAGS
+REGEN_HINT_ENV = environment.AUTOTUNE_REGEN_HINT
 
 OUTPUTS_PREFIX = "TEST_UNDECLARED_OUTPUTS_DIR/"
 WORKSPACE_PREFIX = "TEST_WORKSPACE/"
@@ -86,10 +87,9 @@ def resolve_path(value: str, flag: str, env: Mapping[str, str], *, create_parent
 
 
 def _parse_bool(flag: str, value: str | None) -> bool:
-    if value is None or value.lower() in ("1", "true", "yes"):
-        return True
-    if value.lower() in ("0", "false", "no"):
-        return False
+    parsed = True if value is None else environment.parse_bool(value)
+    if parsed is not None:
+        return parsed
     raise FlagError(f"--{flag}={value}: expected true or false.\n" + valid_flags_text())
 
 
@@ -150,7 +150,7 @@ def valid_flags_text() -> str:
 
 def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
     """Settings from an AUTOTUNE_FLAGS string; bad flags raise FlagError listing valid ones."""
-    env = os.environ if env is None else env
+    env = environment.environ() if env is None else env
     try:
         tokens = shlex.split(text)
     except ValueError as e:
@@ -172,11 +172,11 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from the AUTOTUNE_FLAGS environment variable (empty when unset)."""
-    env = os.environ if env is None else env
+    env = environment.environ() if env is None else env
     return parse_flags(env.get(ENV_VAR, ""), env)
 
 
 def regen_hint(env: Mapping[str, str] | None = None) -> str:
     """The command that regenerates the cache, as the Bazel macro sets it."""
-    env = os.environ if env is None else env
+    env = environment.environ() if env is None else env
     return env.get(REGEN_HINT_ENV, "").strip()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,16 +19,24 @@ M = TypeVar("M", bound=message.Message)
 # The schema version this library reads and writes (AutotuneResultsFile.version).
 FORMAT_VERSION = 1
 
-# Extensions that mean text format, as in XLA; every other extension is binary.
-TEXT_EXTENSIONS = frozenset({".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt"})
+# Extensions that mean text format, as in XLA; every other extension is binary. The one list:
+# messages and the result-set registry derive theirs from it.
+TEXT_EXTENSIONS = (".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt")
+# Extensions of results files whose own parse error is the best message for an unknown file.
+RESULTS_EXTENSIONS = (*TEXT_EXTENSIONS, ".pb", ".binpb", "")
 
 # Reads larger than this are refused, so a hostile or runaway file cannot exhaust memory.
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
+def is_text_suffix(suffix: str) -> bool:
+    """Whether an extension (`.textproto`, `.pb`, ...) selects text format."""
+    return suffix.lower() in TEXT_EXTENSIONS
+
+
 def is_text_path(path: Path | str) -> bool:
     """Whether a path's extension selects text format."""
-    return Path(path).suffix.lower() in TEXT_EXTENSIONS
+    return is_text_suffix(Path(path).suffix)
 
 
 def read_capped(path: Path, limit: int | None = None) -> bytes:
@@ -130,25 +138,45 @@ def load_results(path: Path | str) -> list[pb.Entry]:
     return list(parse_results(data, path).entries)
 
 
+Keyed = tuple[CacheKey, pb.Entry]
+
+
+def keyed(entries: Iterable[pb.Entry]) -> Iterator[Keyed]:
+    """(key, entry) pairs for entries whose key is not built yet."""
+    return ((CacheKey.from_proto(e.key), e) for e in entries)
+
+
 def sorted_unique(entries: Iterable[pb.Entry]) -> list[pb.Entry]:
     """Entries deduplicated by key (the last wins) and sorted by key."""
-    by_digest: dict[str, tuple[CacheKey, pb.Entry]] = {}
-    for entry in entries:
-        key = CacheKey.from_proto(entry.key)
-        by_digest[key.digest()] = (key, entry)
+    return _sorted_unique(keyed(entries))
+
+
+def _sorted_unique(pairs: Iterable[Keyed]) -> list[pb.Entry]:
+    by_digest = {key.digest(): (key, entry) for key, entry in pairs}
     return [e for _, e in sorted(by_digest.values(), key=lambda ke: ke[0].sort_key())]
 
 
-def serialize_results(entries: Iterable[pb.Entry], *, text: bool) -> bytes:
-    """Deterministic bytes of a results file holding `entries`."""
-    msg = pb.AutotuneResultsFile(version=FORMAT_VERSION, entries=sorted_unique(entries))
+def serialize_keyed(pairs: Iterable[Keyed], *, text: bool) -> bytes:
+    """Deterministic bytes of a results file holding these (key, entry) pairs."""
+    msg = pb.AutotuneResultsFile(version=FORMAT_VERSION, entries=_sorted_unique(pairs))
     if text:
         return text_format.MessageToString(msg).encode("utf-8")
     return msg.SerializeToString(deterministic=True)
 
 
-def save_results(path: Path | str, entries: Iterable[pb.Entry]) -> None:
-    """Write a results file atomically, in the format its extension selects."""
+def serialize_results(entries: Iterable[pb.Entry], *, text: bool) -> bytes:
+    """Deterministic bytes of a results file holding `entries`."""
+    return serialize_keyed(keyed(entries), text=text)
+
+
+def save_keyed(path: Path | str, pairs: Iterable[Keyed]) -> None:
+    """Write a results file of (key, entry) pairs atomically, in the format its extension
+    selects."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, serialize_results(entries, text=is_text_path(path)))
+    write_atomic(path, serialize_keyed(pairs, text=is_text_path(path)))
+
+
+def save_results(path: Path | str, entries: Iterable[pb.Entry]) -> None:
+    """Write a results file atomically, in the format its extension selects."""
+    save_keyed(path, keyed(entries))

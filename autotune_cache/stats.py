@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from autotune_cache import env
 
 REPORT_NAME = "autotune_report.json"
 
@@ -88,10 +89,10 @@ class Stats:
         if not self.anything_happened:
             return
         print(self.summary_line(), file=sys.stderr, flush=True)
-        outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-        if outputs:
+        outputs = env.undeclared_outputs_dir()
+        if outputs is not None:
             try:
-                self.write_report(Path(outputs))
+                self.write_report(outputs)
             except OSError as e:
                 print(f"autotune_cache: could not write {REPORT_NAME} to {outputs}: {e}",
                       file=sys.stderr)

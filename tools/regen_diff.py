@@ -1,22 +1,19 @@
 """What a regenerated cache changed, in the terms of `autotune-cache diff`.
 
-Entries are compared through the CLI's reader layer (autotune_cache.readers), so XLA's files
-work too. For our own format a changed entry whose only differences are the timing fields
-(docs/architecture.md: result.time_ms, result.candidates[].time_ms, result.tuned_at,
+Entries are compared through the result-set layer (autotune_cache.resultsets, by bytes), so
+XLA's files work too. For our own format a changed entry whose only differences are the timing
+fields (docs/architecture.md: result.time_ms, result.candidates[].time_ms, result.tuned_at,
 result.tuning_seconds) is counted as "retimed", not "changed".
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from autotune_cache.cli import diff_rows
-from autotune_cache.formats import is_text_path
+from autotune_cache.formats import is_text_suffix
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.readers import ResultSet, Row, load_any
+from autotune_cache.resultsets.base import Row, diff_rows
+from autotune_cache.resultsets.registry import loads
 
 # The dump test always writes text (DUMP_FILE_NAME = autotune_cache.textproto in regen_bazel).
 DUMP_SUFFIX = ".textproto"
@@ -68,28 +65,8 @@ def strip_timing(payload: bytes) -> bytes | None:
     return entry.SerializeToString(deterministic=True)
 
 
-def _load(data: bytes, suffix: str) -> ResultSet:
-    """Loads cache bytes through the reader layer (which dispatches on the file extension)."""
-    fd, name = tempfile.mkstemp(suffix=suffix)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return load_any(Path(name))
-    finally:
-        os.unlink(name)
-
-
 def _rows(data: bytes, suffix: str) -> list[Row]:
-    return _load(data, suffix).rows()
-
-
-def _save(result_set: ResultSet, suffix: str) -> bytes:
-    """The bytes of `result_set` saved through the reader layer to a file named `*<suffix>`
-    (text or binary by the extension, as every reader decides)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"cache{suffix}"
-        result_set.save(path)
-        return path.read_bytes()
+    return loads(data, suffix).rows()
 
 
 def committed_bytes(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
@@ -102,18 +79,18 @@ def committed_bytes(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
     not drop what was tuned on the others. Raises autotune_cache.errors.AutotuneCacheError
     (CorruptFileError) when either file cannot be read or they are of different formats.
     """
-    new_set = _load(dumped, DUMP_SUFFIX)
+    new_set = loads(dumped, DUMP_SUFFIX)
     others: set[str] = set()
     if old is not None:
         dumped_devices = {row.device for row in new_set.rows()}
-        old_set = _load(old, suffix)
+        old_set = loads(old, suffix)
         others = {row.id for row in old_set.rows() if row.device not in dumped_devices}
         if others:
             new_set = new_set.merge(old_set.select(others), prefer_other=set())
-    if not others and is_text_path(f"cache{suffix}"):
+    if not others and is_text_suffix(suffix):
         # Nothing merged into a text destination: keep the dump's bytes exactly.
         return dumped
-    return _save(new_set, suffix)
+    return new_set.dumps(suffix)
 
 
 def compare(old: bytes | None, new: bytes, suffix: str) -> Change:

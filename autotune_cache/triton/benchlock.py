@@ -12,13 +12,17 @@ can never hang a test run.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_DIR_ENV = "AUTOTUNE_BENCH_LOCK_DIR"
+from autotune_cache import env
+
+log = logging.getLogger("autotune_cache")
+
+LOCK_DIR_ENV = env.AUTOTUNE_BENCH_LOCK_DIR
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -32,10 +36,7 @@ def lock_dir() -> Path:
 
     Processes must agree on this directory to exclude each other; under a Bazel sandbox that
     hides /tmp, set AUTOTUNE_BENCH_LOCK_DIR to a path allowed with --sandbox_writable_path."""
-    configured = os.environ.get(LOCK_DIR_ENV)
-    if configured:
-        return Path(configured)
-    return default_lock_dir()
+    return env.bench_lock_dir() or default_lock_dir()
 
 
 @contextlib.contextmanager
@@ -54,20 +55,20 @@ def device_bench_lock(identity: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iter
         if directory == default_lock_dir() and directory.stat().st_uid == os.getuid():
             directory.chmod(0o1777)
     except OSError as e:
-        print(f"autotune_cache: benchmarking without the device lock ({directory}: {e.strerror})",
-              file=sys.stderr)
+        log.warning("autotune_cache: benchmarking without the device lock (%s: %s)", directory,
+                    e.strerror)
         yield False
         return
     lock = FileLock(str(directory / f"bench-{identity}.lock"), mode=0o666)
     try:
         lock.acquire(timeout=timeout)
     except Timeout:
-        print(f"autotune_cache: device lock {lock.lock_file} still held after {timeout:.0f} s; "
-              "benchmarking anyway (timings may be skewed)", file=sys.stderr)
+        log.warning("autotune_cache: device lock %s still held after %.0f s; benchmarking "
+                    "anyway (timings may be skewed)", lock.lock_file, timeout)
         yield False
         return
     except OSError as e:
-        print(f"autotune_cache: benchmarking without the device lock ({e})", file=sys.stderr)
+        log.warning("autotune_cache: benchmarking without the device lock (%s)", e)
         yield False
         return
     try:

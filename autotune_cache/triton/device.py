@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
 
+from autotune_cache import env
 from autotune_cache.key import Device
 
 # The device key of results measured under TRITON_INTERPRET=1 (numpy on the CPU).
@@ -19,7 +19,7 @@ def interpreter_active() -> bool:
 
         return bool(knobs.runtime.interpret)
     except (ImportError, AttributeError):  # older Triton without knobs
-        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+        return env.triton_interpret()
 
 
 @functools.cache

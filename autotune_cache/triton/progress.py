@@ -7,23 +7,15 @@ line; AUTOTUNE_PROGRESS=0 silences them entirely.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-PROGRESS_ENV = "AUTOTUNE_PROGRESS"
+from autotune_cache import env
+
+PROGRESS_ENV = env.AUTOTUNE_PROGRESS
 QUIET_SECONDS = 1.0
-
-
-def _mode() -> str:
-    value = os.environ.get(PROGRESS_ENV, "").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return "never"
-    if value in ("1", "true", "yes", "on") or os.environ.get("TRITON_PRINT_AUTOTUNING") == "1":
-        return "always"
-    return "auto"
 
 
 @dataclass
@@ -38,7 +30,7 @@ class Progress:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
 
     def __post_init__(self) -> None:
-        self.mode = _mode()
+        self.mode = env.progress_mode()
         self.started = time.perf_counter()
         self.header_printed = False
         self.done_count = 0

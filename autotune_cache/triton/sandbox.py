@@ -11,11 +11,12 @@ between runs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
-TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
+from autotune_cache import env
+
+TRITON_CACHE_ENV = env.TRITON_CACHE_DIR
 SANDBOX_SUBDIR = "triton_cache"
 
 
@@ -25,13 +26,13 @@ def ensure_triton_cache_dir(environ: MutableMapping[str, str] | None = None) -> 
     Returns the directory chosen, or None when nothing was changed (TRITON_CACHE_DIR already set,
     or not running under Bazel's test runner). An explicit TRITON_CACHE_DIR always wins.
     """
-    env = os.environ if environ is None else environ
-    if env.get(TRITON_CACHE_ENV):
+    target = env.environ() if environ is None else environ
+    if target.get(TRITON_CACHE_ENV):
         return None
-    test_tmpdir = env.get("TEST_TMPDIR")
+    test_tmpdir = target.get(env.TEST_TMPDIR)
     if not test_tmpdir:
         return None
     path = Path(test_tmpdir) / SANDBOX_SUBDIR
     path.mkdir(parents=True, exist_ok=True)
-    env[TRITON_CACHE_ENV] = str(path)
+    target[TRITON_CACHE_ENV] = str(path)
     return path

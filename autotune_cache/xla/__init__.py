@@ -1,6 +1,6 @@
 """XLA's autotune files in the CLI's reader layer, and a helper for JAX tests.
 
-`formats()` is what autotune_cache.readers registers: XLA's newer AutotuneCache format
+`formats()` is what autotune_cache.resultsets.registry registers: XLA's newer AutotuneCache format
 (`--xla_gpu_dump_autotune_results_to` with JAX 0.11.x, and its `<device>/<hlo>.pb` per-fusion
 directories) and the legacy `version: 3` AutotuneResults format (and its
 `<base64 sha256>.textproto` per-fusion directories). See docs/xla.md.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotune_cache.readers import Format
+    from autotune_cache.resultsets.base import Format
 
 
 def formats() -> list[Format]:

@@ -14,17 +14,20 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf import message
+
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
-from autotune_cache.readers import (
+from autotune_cache.resultsets.base import (
+    FileFormat,
     ResultSet,
     Row,
-    is_directory_path,
     merge_by_id,
     require_same_format,
 )
 from autotune_cache.xla import codec, layout, wire
+from autotune_cache.xla.container import HeaderSet, parse_file
 from autotune_cache.xla.proto import xla_autotuner_pb2 as pb
 from autotune_cache.xla.summary import backend_name, config_summary
 
@@ -82,15 +85,15 @@ class CacheItem:
 
 
 @dataclass
-class XlaCacheSet:
-    """The entries of one XLA AutotuneCache file or per-fusion directory."""
+class XlaCacheSet(HeaderSet):
+    """The entries of one XLA AutotuneCache file or per-fusion directory (`entry_file`: read
+    from one DIR/<device>/<hlo>.pb)."""
+
+    ENTRIES_FIELD = "entries"
+    ENTRIES_NUMBER = _ENTRIES_FIELD
 
     items: dict[str, CacheItem]
     header: pb.AutotuneCache = field(default_factory=pb.AutotuneCache)
-    damaged: list[str] = field(default_factory=list)
-    origin: Path | None = None
-    # Set when the entries were read from one per-fusion entry file (DIR/<device>/<hlo>.pb).
-    entry_file: Path | None = None
     format_name: str = FORMAT_NAME
 
     def rows(self) -> list[Row]:
@@ -119,39 +122,16 @@ class XlaCacheSet:
             ))
         return out
 
-    def select(self, ids: set[str]) -> XlaCacheSet:
-        """Only the entries with these ids."""
-        kept = {i: item for i, item in self.items.items() if i in ids}
-        return XlaCacheSet(kept, _copy(self.header), origin=self.origin,
-                           entry_file=self.entry_file)
-
     def merge(self, other: ResultSet, prefer_other: set[str]) -> XlaCacheSet:
         """Our entries plus other's; on a shared id ours win unless the id is in prefer_other."""
         require_same_format(self, other)
         assert isinstance(other, XlaCacheSet)
         merged = merge_by_id(self.items, other.items, prefer_other)
         ordered = sorted(merged.items(), key=lambda kv: entry_sort_key(kv[1].entry))
-        return XlaCacheSet(dict(ordered), _copy(self.header), origin=self.origin)
+        return XlaCacheSet(dict(ordered), self.header_copy(), origin=self.origin)
 
-    def save(self, path: Path) -> None:
-        """Write a text file, binary file or per-fusion directory, as the path says."""
-        path = Path(path)
-        if self.entry_file is not None and path.resolve() == self.entry_file.resolve():
-            self._save_entry_file(path)
-            return
-        if is_directory_path(path):
-            self._save_dir(path)
-            return
-        if is_text_path(path):
-            msg = _copy(self.header)
-            msg.entries.extend(item.entry for item in self.items.values())
-            data = codec.to_text_checked(msg, path).encode("utf-8")
-        else:
-            data = self.header.SerializeToString(deterministic=True) + b"".join(
-                wire.encode_len_field(_ENTRIES_FIELD, item.binary()) for item in self.items.values()
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+    def _file_entries(self, path: Path) -> list[tuple[message.Message, bytes | None]]:
+        return [(item.entry, item.raw) for item in self.items.values()]
 
     def _save_entry_file(self, path: Path) -> None:
         # Back onto the per-fusion file it came from: one entry, or none (pruned: remove it).
@@ -193,20 +173,6 @@ class XlaCacheSet:
                            "hlo_fingerprint; XLA can never match it. Prune it.")
         return out
 
-    def leftovers(self, older_than: float = layout.STALE_TEMP_SECONDS) -> list[Path]:
-        """Abandoned temp files of a per-fusion directory (none for a single file)."""
-        if self.origin is None or not self.origin.is_dir():
-            return []
-        return layout.temp_files(self.origin, older_than)
-
-
-def _copy(header: pb.AutotuneCache) -> pb.AutotuneCache:
-    out = pb.AutotuneCache()
-    out.CopyFrom(header)
-    out.ClearField("entries")
-    return out
-
-
 def _add(items: dict[str, CacheItem], damaged: list[str], item: CacheItem, where: str) -> None:
     ident = entry_id(item.entry)
     if ident in items:
@@ -215,31 +181,32 @@ def _add(items: dict[str, CacheItem], damaged: list[str], item: CacheItem, where
     items[ident] = item
 
 
-class XlaCacheFormat:
+class XlaCacheFormat(FileFormat):
     """Format object for XLA's newer cache files and per-fusion directories."""
 
     name = FORMAT_NAME
+    SNIFF_BYTES = _SNIFF_BYTES
 
-    def sniff(self, path: Path) -> bool:
-        """Cheap test: the directory layout, text's first tokens, or binary's first fields."""
-        path = Path(path)
-        if path.is_dir():
-            return _looks_like_dir(path)
-        try:
-            with open(path, "rb") as f:
-                head = f.read(_SNIFF_BYTES)
-        except OSError:
-            return False
+    def sniff_dir(self, path: Path) -> bool:
+        """The directory layout."""
+        return _looks_like_dir(path)
+
+    def load_dir(self, path: Path) -> XlaCacheSet:
+        return _load_dir(path)
+
+    def sniff_data(self, head: bytes, path: Path) -> bool:
+        """Cheap test: text's first tokens, or binary's first fields."""
         if is_text_path(path):
             return bool(_TEXT_START.match(head.decode("utf-8", errors="replace")))
         return _looks_like_binary(head) or _entry_file_entry(path, head) is not None
 
     def load(self, path: Path) -> XlaCacheSet:
-        """Read a file or directory; a damaged file raises, a damaged directory entry is listed."""
-        path = Path(path)
-        if path.is_dir():
-            return _load_dir(path)
-        data = read_capped(path)
+        result = super().load(path)
+        assert isinstance(result, XlaCacheSet)
+        return result
+
+    def parse(self, data: bytes, path: Path) -> XlaCacheSet:
+        """One file's bytes: an AutotuneCache, or one per-fusion entry file."""
         text = is_text_path(path)
         single = None if text else _entry_file_entry(path, data)
         if single is not None:
@@ -250,22 +217,13 @@ class XlaCacheFormat:
                 "be read here."]
             return XlaCacheSet({entry_id(single): item}, damaged=damaged, origin=path,
                                entry_file=path)
-        msg = codec.parse(data, pb.AutotuneCache, path, text=text, what=WHAT)
-        raws: list[bytes | None]
-        if text:
-            raws = [None] * len(msg.entries)
-        else:
-            fields = wire.top_level_fields(data, limit=None) or []
-            raws = [f.value for f in fields  # type: ignore[misc]
-                    if f.number == _ENTRIES_FIELD and f.wire_type == wire.LEN]
-            if len(raws) != len(msg.entries):  # cannot happen for data protobuf accepted
-                raws = [None] * len(msg.entries)
+        header, entries = parse_file(data, pb.AutotuneCache, path, what=WHAT,
+                                     entries_field="entries", number=_ENTRIES_FIELD)
         items: dict[str, CacheItem] = {}
         damaged: list[str] = []
-        for entry, raw in zip(msg.entries, raws, strict=True):
-            _add(items, damaged, CacheItem(entry, raw if isinstance(raw, bytes) else None),
-                 str(path))
-        return XlaCacheSet(items, _copy(msg), damaged, origin=path)
+        for entry, raw in entries:
+            _add(items, damaged, CacheItem(entry, raw), str(path))
+        return XlaCacheSet(items, header, damaged, origin=path)
 
 
 def _entry_files(root: Path) -> list[tuple[Path, str, str]]:

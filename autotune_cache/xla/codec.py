@@ -8,7 +8,7 @@ from typing import TypeVar
 from google.protobuf import descriptor_pool, message, text_format
 
 from autotune_cache.errors import CorruptFileError
-from autotune_cache.formats import parse_message
+from autotune_cache.formats import TEXT_EXTENSIONS, parse_message
 
 M = TypeVar("M", bound=message.Message)
 
@@ -47,6 +47,6 @@ def to_text_checked(msg: message.Message, path: Path | str, *, expand_any: bool 
         raise CorruptFileError(
             f"{path}: cannot write this as text without losing data: some entries carry fields "
             "this autotune_cache does not model (from a newer XLA?). Write a binary file "
-            "instead (any extension other than .txt/.textproto/.pbtxt/.txtpb/.prototxt)."
+            f"instead (any extension other than {'/'.join(TEXT_EXTENSIONS)})."
         )
     return text

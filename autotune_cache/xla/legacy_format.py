@@ -17,11 +17,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf import message
+
 from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
-from autotune_cache.readers import ResultSet, Row, is_directory_path, require_same_format
+from autotune_cache.resultsets.base import FileFormat, ResultSet, Row, require_same_format
 from autotune_cache.xla import codec, layout, wire
+from autotune_cache.xla.container import HeaderSet, parse_file
 from autotune_cache.xla.proto import xla_autotuning_pb2 as pb
 from autotune_cache.xla.summary import hlo_summary, legacy_result_summary, legacy_time_ms
 
@@ -68,16 +71,16 @@ def _item_id(item: LegacyItem, fallback: str) -> str:
 
 
 @dataclass
-class XlaLegacySet:
-    """The entries of one legacy AutotuneResults file or legacy per-fusion directory."""
+class XlaLegacySet(HeaderSet):
+    """The entries of one legacy AutotuneResults file or legacy per-fusion directory
+    (`entry_file`: read from one DIR/<base64 sha256>.textproto)."""
+
+    ENTRIES_FIELD = "results"
+    ENTRIES_NUMBER = _RESULTS_FIELD
 
     items: dict[str, LegacyItem]
     header: pb.AutotuneResults = field(default_factory=lambda: pb.AutotuneResults(
         version=FILE_VERSION))
-    damaged: list[str] = field(default_factory=list)
-    origin: Path | None = None
-    # Set when the entry was read from one per-fusion file (DIR/<base64 sha256>.textproto).
-    entry_file: Path | None = None
     format_name: str = FORMAT_NAME
 
     def rows(self) -> list[Row]:
@@ -101,12 +104,6 @@ class XlaLegacySet:
             ))
         return out
 
-    def select(self, ids: set[str]) -> XlaLegacySet:
-        """Only the entries with these ids."""
-        kept = {i: item for i, item in self.items.items() if i in ids}
-        return XlaLegacySet(kept, _copy(self.header), origin=self.origin,
-                            entry_file=self.entry_file)
-
     def merge(self, other: ResultSet, prefer_other: set[str]) -> XlaLegacySet:
         """Our entries plus other's; on a shared id ours win unless the id is in prefer_other."""
         require_same_format(self, other)
@@ -121,17 +118,9 @@ class XlaLegacySet:
                 merged[ident] = item if item.entry is not None or mine.entry is None else \
                     LegacyItem(item.result, _with_result(mine.entry, item.result),
                                source=item.source)
-        return XlaLegacySet(merged, _copy(self.header), origin=self.origin)
+        return XlaLegacySet(merged, self.header_copy(), origin=self.origin)
 
-    def save(self, path: Path) -> None:
-        """Write a text file, binary file or legacy per-fusion directory, as the path says."""
-        path = Path(path)
-        if self.entry_file is not None and path.resolve() == self.entry_file.resolve():
-            self._save_entry_file(path)
-            return
-        if is_directory_path(path):
-            self._save_dir(path)
-            return
+    def _file_entries(self, path: Path) -> list[tuple[message.Message, bytes | None]]:
         keyless = [i for i, item in self.items.items() if item.entry is None]
         if keyless:
             raise CorruptFileError(
@@ -140,22 +129,7 @@ class XlaLegacySet:
                 "which a results file needs. Write another per-fusion directory instead, or "
                 "re-dump the results with --xla_gpu_dump_autotune_results_to."
             )
-        entries = [item.entry for item in self.items.values() if item.entry is not None]
-        if is_text_path(path):
-            msg = _copy(self.header)
-            msg.results.extend(entries)
-            data = codec.to_text_checked(msg, path).encode("utf-8")
-        else:
-            data = self.header.SerializeToString(deterministic=True) + b"".join(
-                wire.encode_len_field(
-                    _RESULTS_FIELD,
-                    item.raw if item.raw is not None else item.entry.SerializeToString(
-                        deterministic=True),
-                )
-                for item in self.items.values() if item.entry is not None
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+        return [(item.entry, item.raw) for item in self.items.values()]
 
     def _save_entry_file(self, path: Path) -> None:
         # Back onto the per-fusion file it came from: one entry, or none (pruned: remove it).
@@ -192,25 +166,11 @@ class XlaLegacySet:
                            "it. Prune it.")
         return out
 
-    def leftovers(self, older_than: float = layout.STALE_TEMP_SECONDS) -> list[Path]:
-        """Abandoned temp files of a per-fusion directory (none for a single file)."""
-        if self.origin is None or not self.origin.is_dir():
-            return []
-        return layout.temp_files(self.origin, older_than)
-
-
 def _entry_text(ident: str, item: LegacyItem, path: Path) -> str:
     """A per-fusion file's text: as read, or printed the way XLA prints it (Any left packed)."""
     if item.raw_text is not None:
         return item.raw_text
     return codec.to_text_checked(item.result, path, expand_any=False)
-
-
-def _copy(header: pb.AutotuneResults) -> pb.AutotuneResults:
-    out = pb.AutotuneResults()
-    out.CopyFrom(header)
-    out.ClearField("results")
-    return out
 
 
 def _with_result(entry: pb.AutotuneResults.Entry, result: pb.AutotuneResult
@@ -221,51 +181,42 @@ def _with_result(entry: pb.AutotuneResults.Entry, result: pb.AutotuneResult
     return out
 
 
-class XlaLegacyFormat:
+class XlaLegacyFormat(FileFormat):
     """Format object for XLA's legacy results files and legacy per-fusion directories."""
 
     name = FORMAT_NAME
+    SNIFF_BYTES = _SNIFF_BYTES
 
-    def sniff(self, path: Path) -> bool:
-        """Cheap test: base64url-named .textproto files, text's first tokens, binary's fields."""
-        path = Path(path)
-        if path.is_dir():
-            try:
-                return bool(_entry_files(path))
-            except OSError:
-                return False
-        try:
-            with open(path, "rb") as f:
-                head = f.read(_SNIFF_BYTES)
-        except OSError:
-            return False
+    def sniff_dir(self, path: Path) -> bool:
+        """Base64url-named .textproto files."""
+        return bool(_entry_files(path))
+
+    def load_dir(self, path: Path) -> XlaLegacySet:
+        return _load_dir(path)
+
+    def sniff_data(self, head: bytes, path: Path) -> bool:
+        """Cheap test: text's first tokens, binary's fields."""
         if is_text_path(path):
             text = head.decode("utf-8", errors="replace")
             return bool(_TEXT_START.match(text) or _is_entry_file(path, text))
         return _looks_like_binary(head)
 
     def load(self, path: Path) -> XlaLegacySet:
-        """Read a file or directory; a damaged file raises, a damaged directory entry is listed."""
-        path = Path(path)
-        if path.is_dir():
-            return _load_dir(path)
-        data = read_capped(path)
+        result = super().load(path)
+        assert isinstance(result, XlaLegacySet)
+        return result
+
+    def parse(self, data: bytes, path: Path) -> XlaLegacySet:
+        """One file's bytes: an AutotuneResults, or one per-fusion result file."""
         if is_text_path(path) and _is_entry_file(path, data.decode("utf-8", errors="replace")):
             result = codec.parse(data, pb.AutotuneResult, path, text=True, what=ENTRY_WHAT)
             item = LegacyItem(result, raw_text=data.decode("utf-8"), source=str(path))
             return XlaLegacySet({path.stem: item}, origin=path, entry_file=path)
-        text = is_text_path(path)
-        msg = codec.parse(data, pb.AutotuneResults, path, text=text, what=WHAT)
-        raws: list[bytes | None] = [None] * len(msg.results)
-        if not text:
-            fields = wire.top_level_fields(data, limit=None) or []
-            found = [f.value for f in fields
-                     if f.number == _RESULTS_FIELD and f.wire_type == wire.LEN]
-            if len(found) == len(msg.results):
-                raws = [v if isinstance(v, bytes) else None for v in found]
+        header, entries = parse_file(data, pb.AutotuneResults, path, what=WHAT,
+                                     entries_field="results", number=_RESULTS_FIELD)
         items: dict[str, LegacyItem] = {}
         damaged: list[str] = []
-        for entry, raw in zip(msg.results, raws, strict=True):
+        for entry, raw in entries:
             item = LegacyItem(entry.result, entry, raw)
             ident = _item_id(item, "")
             if ident in items:
@@ -273,7 +224,7 @@ class XlaLegacyFormat:
                                f"{entry.device!r} appears more than once; the first one is kept")
                 continue
             items[ident] = item
-        return XlaLegacySet(items, _copy(msg), damaged, origin=path)
+        return XlaLegacySet(items, header, damaged, origin=path)
 
 
 def _is_entry_file(path: Path, text: str) -> bool:

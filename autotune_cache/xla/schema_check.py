@@ -18,6 +18,8 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
+from autotune_cache.xla.wire import read_varint
+
 # XLA's files that hold the types our schema models.
 XLA_FILES = (
     "xla/autotune_cache.proto",
@@ -35,34 +37,23 @@ ROOTS = ("xla.autotuner.AutotuneCache", "xla.AutotuneResults", "xla.autotuner.Ba
 _MAX_FILE_FIELD = 18  # FileDescriptorProto's highest field number is small; beyond it, stop.
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80 or shift > 63:
-            return result, pos
-        shift += 7
-
-
 def _descriptor_end(data: bytes, start: int) -> int:
     """Where the FileDescriptorProto starting at `start` ends: at the first implausible field."""
     pos = start
     while pos < len(data):
         try:
-            tag, nxt = _varint(data, pos)
+            tag, nxt = read_varint(data, pos)
             number, wire_type = tag >> 3, tag & 7
             if not 1 <= number <= _MAX_FILE_FIELD:
                 break
             if wire_type == 2:
-                size, nxt = _varint(data, nxt)
+                size, nxt = read_varint(data, nxt)
                 nxt += size
             elif wire_type == 0:
-                _, nxt = _varint(data, nxt)
+                _, nxt = read_varint(data, nxt)
             else:
                 break
-        except IndexError:
+        except ValueError:  # cut off, or not a varint
             break
         if nxt > len(data):
             break

@@ -16,7 +16,8 @@ class Field:
     value: int | bytes
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `pos` and the position after it; ValueError when it is cut off or too long."""
     result = shift = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -40,15 +41,15 @@ def top_level_fields(data: bytes, limit: int | None = 64) -> list[Field] | None:
     pos = 0
     try:
         while pos < len(data) and (limit is None or len(fields) < limit):
-            tag, pos = _varint(data, pos)
+            tag, pos = read_varint(data, pos)
             number, wire_type = tag >> 3, tag & 7
             if number == 0:
                 return None
             if wire_type == VARINT:
-                value, pos = _varint(data, pos)
+                value, pos = read_varint(data, pos)
                 fields.append(Field(number, wire_type, value))
             elif wire_type == LEN:
-                size, pos = _varint(data, pos)
+                size, pos = read_varint(data, pos)
                 if pos + size > len(data):
                     break
                 fields.append(Field(number, wire_type, data[pos:pos + size]))

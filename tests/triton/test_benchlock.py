@@ -11,7 +11,7 @@ from autotune_cache.triton.benchlock import device_bench_lock
 
 
 def test_second_holder_waits_then_gives_up_with_a_warning(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("AUTOTUNE_BENCH_LOCK_DIR", str(tmp_path))
     held, release = threading.Event(), threading.Event()
 
@@ -32,7 +32,7 @@ def test_second_holder_waits_then_gives_up_with_a_warning(
     thread.join()
     with device_bench_lock("GPU-1234", timeout=0.3) as locked:
         assert locked
-    assert "still held" in capsys.readouterr().err
+    assert "still held" in caplog.text
     assert (tmp_path / "bench-GPU-1234.lock").exists()
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from autotune_cache import Cache, MissingResultError, Settings
-from autotune_cache.remote import NAMESPACE
+from autotune_cache.tiers.redis import NAMESPACE
 from tests.cachetools import CPU, fake_tune, make_key
 
 pytest.importorskip("redis", reason="the redis client is not installed (extra 'redis')")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cache.cli import main
-from autotune_cache.readers import load_any
+from autotune_cache.resultsets.registry import load_any
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "xla_h200_jax0.11.2"
 RES, LEGACY, FUSION, FUSION_LEGACY = (FIX / "res.textproto", FIX / "legacy.textproto",

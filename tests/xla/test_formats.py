@@ -199,7 +199,7 @@ def test_legacy_directory_cannot_become_a_file(tmp_path):
 
 
 def test_legacy_file_and_its_directory_differ_only_in_retuned_fusions():
-    from autotune_cache.cli import diff_rows
+    from autotune_cache.resultsets.base import diff_rows
 
     added, removed, changed = diff_rows(OLD.load(LEGACY).rows(), OLD.load(FUSION_LEGACY).rows())
     assert (added, removed) == ([], []) and {r.id for r in changed} == RETUNED
@@ -459,7 +459,7 @@ def test_directories_that_are_not_xla_caches_are_not_claimed(tmp_path):
 def test_binary_file_with_a_new_scalar_field_is_still_xla(tmp_path):
     """A newer XLA may add a top-level scalar; the file must still be read as XLA's, and keep it."""
     from autotune_cache.cli import main
-    from autotune_cache.readers import load_any
+    from autotune_cache.resultsets.registry import load_any
     from autotune_cache.xla.wire import encode_varint
 
     src = tmp_path / "res.pb"

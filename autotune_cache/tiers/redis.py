@@ -11,6 +11,7 @@ from google.protobuf import message
 from autotune_cache.errors import FlagError
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")
 
@@ -23,13 +24,17 @@ def _problem_index(key: CacheKey) -> str:
     return f"{NAMESPACE}:idx:{key.problem_group()}"
 
 
-class RemoteStore:
+class RedisTier:
     """Entries on a Redis server, keyed by key digest, with an index by kernel and problem.
 
     The remote tier is an accelerator, never a dependency: when the server cannot be reached
     the process warns once and carries on without it."""
 
-    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+    name = "remote"
+    shared = True
+
+    def __init__(self, url: str, timeout_s: float = 2.0, *, writable: bool = True) -> None:
+        self.writable = writable
         try:
             import redis
         except ImportError as e:
@@ -49,6 +54,14 @@ class RemoteStore:
         self.url = url
         self.available = True
 
+    @property
+    def origin(self) -> str:
+        """How messages name this tier."""
+        return f"remote {self.url}"
+
+    def searched(self) -> list[str]:
+        return [self.origin]
+
     def _down(self, error: Exception) -> None:
         if self.available:
             log.warning("autotune_cache: remote cache %s is unusable (%s: %s); continuing "
@@ -66,7 +79,7 @@ class RemoteStore:
                         "re-tuned and overwritten", where, e)
             return None
 
-    def get(self, key: CacheKey) -> pb.Entry | None:
+    def get(self, key: CacheKey) -> Found | None:
         """The remote entry for `key`, or None (also when the server is down or the entry bad)."""
         if not self.available:
             return None
@@ -79,16 +92,17 @@ class RemoteStore:
         if data is None:
             return None
         entry = self._decode(data, f"{self.url} {name}")
-        if entry is not None and CacheKey.from_proto(entry.key) != key:
+        if entry is None:
+            return None
+        if CacheKey.from_proto(entry.key) != key:
             log.warning("autotune_cache: remote entry %s holds another key; ignoring it", name)
             return None
-        return entry
+        return Found(entry, key, self.origin)
 
-    def put(self, entry: pb.Entry) -> None:
+    def put(self, key: CacheKey, entry: pb.Entry) -> None:
         """Publish an entry to the fleet."""
         if not self.available:
             return
-        key = CacheKey.from_proto(entry.key)
         name = f"{NAMESPACE}:entry:{key.digest()}"
         try:
             pipe = self._client.pipeline()
@@ -98,7 +112,7 @@ class RemoteStore:
         except self._errors as e:
             self._down(e)
 
-    def same_problem(self, key: CacheKey) -> list[pb.Entry]:
+    def same_problem(self, key: CacheKey) -> list[Found]:
         """Every remote entry for this kernel and problem, whatever its device or toolchain."""
         if not self.available:
             return []
@@ -111,7 +125,8 @@ class RemoteStore:
             self._down(e)
             return []
         entries = [self._decode(v, self.url) for v in values if v is not None]
-        return [e for e in entries if e is not None]
+        return [Found(e, CacheKey.from_proto(e.key), self.origin) for e in entries
+                if e is not None]
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey, timeout: float) -> Iterator[bool]:

@@ -1,0 +1,286 @@
+"""What every result-set format shares: rows, the protocols, diff, merge policy and pruning.
+
+Decision: policy lives here, not in the CLI. `merge_sets` decides conflicts (`newest`,
+`fastest`, `error`) and checks formats; `prune_plan` decides what a prune drops and
+`apply_prune` deletes it, so autotune_cache/cli.py only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from autotune_cache.dirstore import STALE_TEMP_SECONDS
+from autotune_cache.errors import AutotuneCacheError, CorruptFileError
+from autotune_cache.formats import read_capped
+
+CONFLICT_POLICIES = ("newest", "fastest", "error")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One entry of any format, in the terms the CLI shows and compares."""
+
+    id: str
+    kernel: str
+    problem: str
+    device: str
+    toolchain: str
+    config: str
+    time_ms: float | None
+    tuned_at: str
+    payload: bytes
+    source: str = ""
+
+
+class ResultSet(Protocol):
+    """The entries of one file or directory, in one format."""
+
+    format_name: str
+
+    def rows(self) -> list[Row]: ...
+
+    def select(self, ids: set[str]) -> ResultSet: ...
+
+    def without(self, ids: set[str]) -> ResultSet:
+        """Every entry but those with these ids."""
+        ...
+
+    def merge(self, other: ResultSet, prefer_other: set[str]) -> ResultSet: ...
+
+    def save(self, path: Path) -> None: ...
+
+    def dumps(self, suffix: str) -> bytes:
+        """The bytes of a results file named `*<suffix>` (text or binary by the extension)."""
+        ...
+
+    def problems(self) -> list[str]: ...
+
+    def leftovers(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Files `prune` deletes besides dropped entries (abandoned temp files, stale locks,
+        damaged or misnamed entries of our own directories)."""
+        ...
+
+
+class Format(Protocol):
+    """A file format the CLI can read and write."""
+
+    name: str
+
+    def sniff(self, path: Path) -> bool: ...
+
+    def load(self, path: Path) -> ResultSet: ...
+
+    def sniff_bytes(self, data: bytes, suffix: str) -> bool: ...
+
+    def loads(self, data: bytes, suffix: str) -> ResultSet: ...
+
+
+def data_path(suffix: str) -> Path:
+    """The name bytes go by in messages when they come from no file (`loads`)."""
+    return Path(f"<bytes>{suffix}")
+
+
+class FileFormat:
+    """The dispatch every format shares: a directory by its layout, a file by its bytes.
+
+    Subclasses give `name`, `sniff_dir`, `load_dir`, `sniff_data(head, path)` and
+    `parse(data, path)`; `SNIFF_BYTES` (None: the whole file) is how much `sniff` reads."""
+
+    name = ""
+    SNIFF_BYTES: int | None = None
+
+    def sniff_dir(self, path: Path) -> bool:
+        raise NotImplementedError
+
+    def load_dir(self, path: Path) -> ResultSet:
+        raise NotImplementedError
+
+    def sniff_data(self, data: bytes, path: Path) -> bool:
+        raise NotImplementedError
+
+    def parse(self, data: bytes, path: Path) -> ResultSet:
+        raise NotImplementedError
+
+    def sniff(self, path: Path) -> bool:
+        """Cheap test of a file or directory."""
+        path = Path(path)
+        try:
+            if path.is_dir():
+                return self.sniff_dir(path)
+            if self.SNIFF_BYTES is None:
+                head = read_capped(path)
+            else:
+                with open(path, "rb") as f:
+                    head = f.read(self.SNIFF_BYTES)
+        except (CorruptFileError, OSError):
+            return False
+        return self.sniff_data(head, path)
+
+    def load(self, path: Path) -> ResultSet:
+        """Read a file or directory; a damaged file raises, a damaged directory entry is listed."""
+        path = Path(path)
+        if path.is_dir():
+            return self.load_dir(path)
+        return self.parse(read_capped(path), path)
+
+    def sniff_bytes(self, data: bytes, suffix: str) -> bool:
+        """`sniff` for the bytes of a file named `*<suffix>`."""
+        head = data if self.SNIFF_BYTES is None else data[:self.SNIFF_BYTES]
+        return self.sniff_data(head, data_path(suffix))
+
+    def loads(self, data: bytes, suffix: str) -> ResultSet:
+        """`load` for the bytes of a file named `*<suffix>`."""
+        return self.parse(data, data_path(suffix))
+
+
+V = TypeVar("V")
+
+
+def require_same_format(mine: ResultSet, other: ResultSet) -> None:
+    """Merging is only defined within one format; say so by name otherwise."""
+    if type(mine) is not type(other):
+        raise CorruptFileError(
+            f"cannot merge {other.format_name} entries into {mine.format_name} entries; "
+            "merge files of one format"
+        )
+
+
+def merge_by_id(mine: dict[str, V], theirs: dict[str, V], prefer_other: set[str]) -> dict[str, V]:
+    """`mine` plus `theirs`; on a shared id mine wins unless the id is in `prefer_other`."""
+    merged = dict(mine)
+    for ident, item in theirs.items():
+        if ident not in merged or ident in prefer_other:
+            merged[ident] = item
+    return merged
+
+
+def is_directory_path(path: Path) -> bool:
+    """Whether a destination path names a cache directory rather than a file."""
+    return path.is_dir() or str(path).endswith("/") or not path.suffix
+
+
+def diff_rows(a: list[Row], b: list[Row]) -> tuple[list[Row], list[Row], list[Row]]:
+    """Entries added in b, removed from a, and changed between them."""
+    ia, ib = {r.id: r for r in a}, {r.id: r for r in b}
+    added = [r for r in b if r.id not in ia]
+    removed = [r for r in a if r.id not in ib]
+    changed = [r for r in b if r.id in ia and ia[r.id].payload != r.payload]
+    return added, removed, changed
+
+
+# ----- merge ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Merged:
+    """The outcome of `merge_sets`: the merged set, how many entries it has, and the conflicts
+    the `error` policy refused (then nothing should be written)."""
+
+    result: ResultSet
+    count: int
+    conflicts: list[str]
+
+
+def _takes_over(row: Row, old: Row, on_conflict: str) -> bool:
+    if on_conflict == "newest":
+        return row.tuned_at >= old.tuned_at
+    return (row.time_ms if row.time_ms is not None else float("inf")) < (
+        old.time_ms if old.time_ms is not None else float("inf"))
+
+
+def merge_sets(sources: Sequence[tuple[object, ResultSet]], on_conflict: str) -> Merged:
+    """Merge (name, set) pairs of one format in order; on an id with different entries the
+    policy decides: `newest` (by tuned_at), `fastest` (by time_ms) or `error` (listed)."""
+    formats = {rs.format_name for _, rs in sources}
+    if len(formats) > 1:
+        raise AutotuneCacheError(
+            f"merge: inputs are of different formats ({', '.join(sorted(formats))}); "
+            "convert them to one format first"
+        )
+    merged: ResultSet = sources[0][1]
+    winner: dict[str, Row] = {r.id: r for r in merged.rows()}
+    conflicts = []
+    for name, rs in sources[1:]:
+        prefer: set[str] = set()
+        for row in rs.rows():
+            old = winner.get(row.id)
+            if old is None:
+                winner[row.id] = row
+                continue
+            if old.payload == row.payload:
+                continue
+            if on_conflict == "error":
+                conflicts.append(f"  {row.kernel} [{row.problem}] on {row.device} (in {name})")
+                continue
+            if _takes_over(row, old, on_conflict):
+                prefer.add(row.id)
+                winner[row.id] = row
+        merged = merged.merge(rs, prefer)
+    return Merged(merged, len(winner), conflicts)
+
+
+# ----- prune ---------------------------------------------------------------------------------
+
+
+def tuned_epoch(row: Row) -> float | None:
+    """When the entry was tuned, in seconds since the epoch (None when not recorded)."""
+    if not row.tuned_at:
+        return None
+    try:
+        ts = datetime.fromisoformat(row.tuned_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.timestamp()
+
+
+@dataclass
+class PrunePlan:
+    """Which rows a prune keeps and drops (with the reasons), and how many it could not judge
+    by device (formats that do not record one)."""
+
+    keep: list[Row]
+    drop: list[tuple[Row, list[str]]]
+    unknown_device: int
+
+
+def prune_plan(rows: list[Row], *, keep_device: Sequence[str], keep_toolchain: Sequence[str],
+               older_than: float | None, now: float) -> PrunePlan:
+    """Drop rows whose device or toolchain contains none of the kept texts, or tuned more than
+    `older_than` seconds before `now`; rows without a device or a date are kept."""
+    plan = PrunePlan([], [], 0)
+    for row in rows:
+        reasons = []
+        if keep_device and not row.device:
+            plan.unknown_device += 1  # e.g. XLA's legacy per-fusion files do not record it
+        elif keep_device and not any(d.lower() in row.device.lower() for d in keep_device):
+            reasons.append("device")
+        if keep_toolchain and not any(
+                t.lower() in row.toolchain.lower() for t in keep_toolchain):
+            reasons.append("toolchain")
+        tuned = tuned_epoch(row)
+        if older_than is not None and tuned is not None and now - tuned > older_than:
+            reasons.append("age")
+        if reasons:
+            plan.drop.append((row, reasons))
+        else:
+            plan.keep.append(row)
+    return plan
+
+
+def apply_prune(rs: ResultSet, path: Path, plan: PrunePlan, leftovers: list[Path]) -> None:
+    """Carry out a plan in place: a directory loses the dropped entries' files and the
+    leftovers; a file is rewritten without the dropped entries."""
+    if path.is_dir():
+        for row, _ in plan.drop:
+            if row.source:
+                Path(row.source).unlink(missing_ok=True)
+        for t in leftovers:
+            t.unlink(missing_ok=True)
+    elif plan.drop:
+        rs.without({r.id for r, _ in plan.drop}).save(path)

@@ -1,0 +1,28 @@
+"""The cache's tiers: one file per tier, each implementing `tiers.base.Tier`.
+
+`Cache` (autotune_cache/cache.py) holds an ordered list: memory and loaded files first, then the
+cache directory, then the Redis server. Adding a tier means one new file here and one line in
+`build_tiers`.
+"""
+
+from __future__ import annotations
+
+from autotune_cache.flags import Settings
+from autotune_cache.tiers.base import Found, Tier
+from autotune_cache.tiers.directory import DirectoryTier
+from autotune_cache.tiers.memory import MemoryTier
+
+__all__ = ["DirectoryTier", "Found", "MemoryTier", "Tier", "build_tiers"]
+
+
+def build_tiers(settings: Settings) -> list[Tier]:
+    """The tiers `settings` asks for, in lookup order (memory, directory, remote)."""
+    writable = settings.cache_mode == "update"
+    tiers: list[Tier] = [MemoryTier.from_files(settings.load_from)]
+    if settings.cache_dir:
+        tiers.append(DirectoryTier(settings.cache_dir, writable=writable))
+    if settings.remote_cache:
+        from autotune_cache.tiers.redis import RedisTier
+
+        tiers.append(RedisTier(settings.remote_cache, writable=writable))
+    return tiers

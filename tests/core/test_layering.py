@@ -1,0 +1,142 @@
+"""The package's import graph: one-way layers, no cycle, and the environment read in one place.
+
+docs/architecture.md shows the same order. The graph is read from the source (every import,
+including those inside functions, except `if TYPE_CHECKING:` blocks), and every module is also
+imported on its own in a fresh interpreter, where a cycle would fail with a partially
+initialised module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "autotune_cache"
+
+# Lowest layer first; a module may import only from its own layer or lower ones, and within a
+# layer only without a cycle. A module's layer is that of its longest matching prefix.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("autotune_cache.errors", "autotune_cache.atomic", "autotune_cache.env",
+     "autotune_cache.proto", "autotune_cache.key"),
+    ("autotune_cache.flags", "autotune_cache.formats"),
+    ("autotune_cache.dirstore", "autotune_cache.stats"),
+    ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
+    ("autotune_cache.xla",),
+    ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
+    ("autotune_cache.cli", "autotune_cache.triton"),
+    ("autotune_cache", "autotune_cache.__main__"),
+)
+
+# Only these read the process environment: the environment module, and the Bazel-facing entry
+# point that runs before the library is configured (flags gets its mapping from env).
+ENVIRONMENT_READERS = {"autotune_cache.env", "autotune_cache.xla.jax_test_helper"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "_pb2" not in p.name}
+
+
+def _layer(module: str) -> int:
+    best, rank = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), i
+    assert rank >= 0, f"{module} is in no layer; add it to LAYERS (and docs/architecture.md)"
+    return rank
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """The package modules `module` imports at run time."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name.startswith("autotune_cache"))
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module \
+                    and child.module.startswith("autotune_cache"):
+                for alias in child.names:
+                    sub = f"{child.module}.{alias.name}"
+                    out.add(sub if sub in MODULES else child.module)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    out.discard(module)
+    return {m for m in out if m in MODULES and not module.startswith(m + ".")}
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_down_the_layers(module: str) -> None:
+    upward = [m for m in GRAPH[module] if _layer(m) > _layer(module)]
+    assert not upward, f"{module} imports the higher layer(s) {upward}"
+
+
+def test_no_import_cycle() -> None:
+    done: set[str] = set()
+
+    def walk(module: str, stack: list[str]) -> None:
+        if module in stack:
+            raise AssertionError("import cycle: " + " -> ".join([*stack[stack.index(module):],
+                                                                 module]))
+        if module in done:
+            return
+        for dep in sorted(GRAPH[module]):
+            # A package's __init__ is imported before its submodules; edges to the package a
+            # module lives in are not cycles.
+            if not module.startswith(dep + "."):
+                walk(dep, [*stack, module])
+        done.add(module)
+
+    for module in sorted(GRAPH):
+        walk(module, [])
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
+    script = (
+        "import subprocess, sys\n"
+        "bad = []\n"
+        "for m in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {m}'], capture_output=True,"
+        " text=True)\n"
+        "    if r.returncode:\n"
+        "        bad.append(f'{m}: {r.stderr.strip().splitlines()[-1]}')\n"
+        "print('\\n'.join(bad))\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    modules = [m for m in sorted(MODULES) if m != "autotune_cache.__main__"]
+    result = subprocess.run([sys.executable, "-c", script, *modules], capture_output=True,
+                            text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_only_the_environment_module_reads_the_environment() -> None:
+    readers = set()
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv") \
+                    and isinstance(node.value, ast.Name) and node.value.id == "os":
+                readers.add(module)
+    assert readers <= ENVIRONMENT_READERS, (
+        f"{sorted(readers - ENVIRONMENT_READERS)} read os.environ; go through autotune_cache.env")
