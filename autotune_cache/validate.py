@@ -19,11 +19,15 @@ kernel's candidates, which only the tuner knows).
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from collections.abc import Iterable
 
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+
+log = logging.getLogger("autotune_cache")
 
 MAX_PARAM_NAME = 128
 MAX_STRING_VALUE = 1024
@@ -91,3 +95,18 @@ def entry_problem(entry: pb.Entry, key: CacheKey | None = None,
         if winner not in allowed:
             return "its winning config is not one of the kernel's candidate configs"
     return None
+
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_damaged(origin: str, problem: str, *, kind: str = "cache") -> None:
+    """Warn once per process that the entry at `origin` (a file, a Redis key) is damaged and
+    will be re-tuned; a lookup and the re-read after waiting for a peer see the same entry."""
+    with _warned_lock:
+        if (origin, problem) in _warned:
+            return
+        _warned.add((origin, problem))
+    log.warning("autotune_cache: ignoring a damaged %s entry %s: %s; it will be re-tuned and "
+                "overwritten", kind, origin, problem)

@@ -144,7 +144,7 @@ def make_fifo(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory) -> Iterator[str]:
     """A real redis-server for the module; skipped with a reason when it is not installed."""
-    from tests.unit.test_remote import redis_server
+    from tests.core.test_tiers_redis import redis_server
 
     with redis_server(tmp_path_factory.mktemp("redis")) as url:
         yield url

@@ -16,7 +16,7 @@ from tests.reliability.conftest import ROOT, child_env, run_python
 
 HOLD = """
 import sys, time
-import autotune_cache.remote as remote
+import autotune_cache.tiers.redis as remote
 remote.LOCK_LEASE_S = {lease}
 from autotune_cache import Cache, Settings
 from tests.cachetools import make_key
@@ -29,7 +29,7 @@ with cache.tune_lock(make_key()) as held:
 WAIT = """
 import logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-import autotune_cache.remote as remote
+import autotune_cache.tiers.redis as remote
 remote.LOCK_LEASE_S = {lease}
 from autotune_cache import Cache, Settings
 from tests.cachetools import make_key

@@ -98,7 +98,7 @@ def test_winner_that_is_not_a_candidate_of_this_kernel_is_a_miss(tmp_path, caplo
 
 def test_remote_entry_with_a_foreign_winner_is_not_used_nor_copied_locally(
         tmp_path, redis_url, redis_client, caplog):
-    from autotune_cache.remote import NAMESPACE
+    from autotune_cache.tiers.redis import NAMESPACE
 
     good = fake_tune(KEY)
     bad = forged(foreign_winner(), also_in_candidates=True)
@@ -112,7 +112,7 @@ def test_remote_entry_with_a_foreign_winner_is_not_used_nor_copied_locally(
 
 @pytest.mark.parametrize("value", [b"", b"\x0a\x00"], ids=["empty", "empty-key"])
 def test_empty_remote_value_is_a_miss_not_a_crash(redis_url, redis_client, value):
-    from autotune_cache.remote import NAMESPACE
+    from autotune_cache.tiers.redis import NAMESPACE
 
     redis_client.set(f"{NAMESPACE}:entry:{KEY.digest()}", value)
     cache = Cache(Settings(remote_cache=redis_url))
@@ -122,7 +122,7 @@ def test_empty_remote_value_is_a_miss_not_a_crash(redis_url, redis_client, value
 
 
 def test_non_utf8_index_member_is_skipped(redis_url, redis_client):
-    from autotune_cache.remote import NAMESPACE
+    from autotune_cache.tiers.redis import NAMESPACE
 
     redis_client.sadd(f"{NAMESPACE}:idx:{KEY.problem_group()}", b"\xff\xfe not utf-8")
     redis_client.sadd(f"{NAMESPACE}:idx:{KEY.problem_group()}", b"../../etc")
