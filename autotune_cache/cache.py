@@ -269,8 +269,10 @@ def _at_exit() -> None:
         return
     try:
         _cache.close()
-    except (AutotuneCacheError, OSError) as e:
-        print(f"autotune_cache: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - any failure here must fail the process, by name
+        text = str(e) if isinstance(e, (AutotuneCacheError, OSError)) else (
+            f"writing the dump at exit failed ({type(e).__name__}: {e})")
+        print(f"autotune_cache: {text}", file=sys.stderr)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

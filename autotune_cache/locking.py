@@ -29,6 +29,11 @@ from pathlib import Path
 from autotune_cache.atomic import current_umask
 from autotune_cache.errors import LockError
 
+try:  # imported now, not at first use: a dump written at exit must not import at shutdown
+    import filelock
+except ImportError:  # pragma: no cover - depends on the install
+    filelock = None  # type: ignore[assignment]
+
 PATCHED_FILELOCK = (3, 20, 3)
 
 
@@ -42,9 +47,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def filelock_problem() -> str | None:
     """Why the installed filelock must not be used, or None when it is a patched release."""
-    try:
-        import filelock
-    except ImportError:
+    if filelock is None:
         return ("filelock is not installed; pip install 'filelock>=3.20.3' to share a cache "
                 "directory between processes")
     version = getattr(filelock, "__version__", "0")
@@ -116,7 +119,8 @@ def file_lock(path: Path, timeout: float, *, mode: int | None = None) -> Iterato
     if problem is not None:
         raise LockError(f"{path}: not locked: {problem}")
     _check_lock_path(path)
-    from filelock import FileLock, Timeout
+    assert filelock is not None
+    FileLock, Timeout = filelock.FileLock, filelock.Timeout  # noqa: N806
 
     lock = FileLock(str(path), mode=0o666 & ~current_umask() if mode is None else mode)
     try:
