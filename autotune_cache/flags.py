@@ -45,6 +45,8 @@ class Settings:
                 f"--autotune_cache_mode={self.cache_mode}: must be 'update' or 'read'.\n"
                 + valid_flags_text()
             )
+        if self.remote_cache:
+            _redis_url("autotune_remote_cache", self.remote_cache)
         if self.compile_workers < 1:
             raise FlagError(f"--autotune_compile_workers={self.compile_workers}: must be >= 1")
 
