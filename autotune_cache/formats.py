@@ -49,7 +49,7 @@ def read_capped(path: Path | str, limit: int | None = None, *,
     `follow_symlinks=False` for entries of a shared directory."""
     text = is_text_path(path)
     if limit is None:
-        limit = MAX_TEXT_BYTES if text else MAX_BINARY_BYTES
+        limit = min(MAX_TEXT_BYTES, MAX_FILE_BYTES) if text else MAX_FILE_BYTES
     hint = ("Convert big results files to binary (`autotune-cache convert FILE.textproto "
             "FILE.pb`), or prune them." if text else "Split it or prune it with "
             "`autotune-cache prune`.")
