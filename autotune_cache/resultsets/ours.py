@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune_cache.dirstore import ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
+from autotune_cache.dirstore import ENTRY_NAME, ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
-from autotune_cache.formats import is_text_suffix, parse_results, save_results, serialize_results
+from autotune_cache.formats import (
+    duplicate_keys,
+    is_text_suffix,
+    parse_results,
+    save_results,
+    serialize_results,
+)
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import (
@@ -19,9 +24,9 @@ from autotune_cache.resultsets.base import (
     merge_by_id,
     require_same_format,
 )
+from autotune_cache.validate import entry_problem
 
 FORMAT_NAME = "autotune_cache"
-_ENTRY_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{64}")
 
 
 def config_summary(config: pb.Config) -> str:
@@ -81,7 +86,7 @@ class OurResults:
 
     def save(self, path: Path) -> None:
         if is_directory_path(path):
-            store = DirectoryStore(path)
+            store = DirectoryStore(path, flag=None)
             for entry in self.entries.values():
                 store.put(entry)
         else:
@@ -95,7 +100,7 @@ class OurResults:
         directory this set was loaded from."""
         if self.origin is None:
             return []
-        store = DirectoryStore(self.origin)
+        store = DirectoryStore(self.origin, flag=None)
         return sorted([*store.temp_files(older_than), *store.lock_files(older_than),
                        *self.damaged_paths])
 
@@ -106,8 +111,8 @@ class OurFormat(FileFormat):
     name = FORMAT_NAME
 
     def sniff_dir(self, path: Path) -> bool:
-        names = [p.stem for p in path.glob(f"*{ENTRY_SUFFIX}")]
-        return any(_ENTRY_NAME.fullmatch(n) for n in names) or not any(path.iterdir())
+        names = [p.name for p in path.glob(f"*{ENTRY_SUFFIX}")]
+        return any(ENTRY_NAME.fullmatch(n) for n in names) or not any(path.iterdir())
 
     def sniff_data(self, data: bytes, path: Path) -> bool:
         try:
@@ -118,7 +123,7 @@ class OurFormat(FileFormat):
 
     def load_dir(self, path: Path) -> OurResults:
         result = OurResults({}, origin=path)
-        for file, entry, problem in DirectoryStore(path).scan():
+        for file, entry, problem in DirectoryStore(path, flag=None).scan():
             if entry is None:
                 result.damaged.append(problem)
                 result.damaged_paths.append(file)
@@ -130,7 +135,13 @@ class OurFormat(FileFormat):
 
     def parse(self, data: bytes, path: Path) -> OurResults:
         msg = parse_results(data, path)
-        return OurResults({CacheKey.from_proto(e.key).digest(): e for e in msg.entries})
+        damaged = [f"{path}: {line}" for line in duplicate_keys(msg.entries)]
+        for i, entry in enumerate(msg.entries):
+            if (problem := entry_problem(entry)) is not None:
+                damaged.append(f"{path}: entry {i} "
+                               f"({CacheKey.from_proto(entry.key).describe()}): {problem}")
+        return OurResults({CacheKey.from_proto(e.key).digest(): e for e in msg.entries},
+                          damaged=damaged)
 
     def load(self, path: Path) -> OurResults:
         result = super().load(path)
