@@ -233,13 +233,16 @@ class Autotuner(_TritonAutotuner):
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
-        entry = cache.lookup(key)
+        # Entries from shared tiers are untrusted: a winner that is not one of this kernel's
+        # candidates is a damaged entry (a miss), never launched.
+        candidates = [config_to_proto(c) for c in pruned]
+        entry = cache.lookup(key, candidates=candidates)
         winner = None
         if entry is None:
             # `shared`: the lock is held on the cache directory or the remote server, so a peer
             # that held it before us may have recorded this key; refresh() re-reads those tiers.
             with cache.tune_lock(key) as shared:
-                entry = cache.refresh(key) if shared else None
+                entry = cache.refresh(key, candidates=candidates) if shared else None
                 if entry is None:
                     entry, winner = self._tune(key, pruned, args, kwargs, cache)
         self.last_entry = entry

@@ -166,6 +166,21 @@ def test_triton_kernel_never_launches_a_planted_malformed_winner(tmp_path):
     assert "benchmarks 0" not in second.out, "the planted entry was used"
     assert "EVIL" not in path.read_text(), "the damaged entry was not overwritten"
 
+    # A well-formed forgery: BLOCK_SIZE=4096 is a valid meta-parameter of add_kernel but not one
+    # of its candidates, and the entry lists it among its own candidates so that only the
+    # autotuner, which knows the kernel's candidate list, can tell.
+    (entry,) = load_results(path.with_suffix(".textproto"))
+    entry.result.config.ClearField("params")
+    entry.result.config.params.add(name="BLOCK_SIZE", int_value=4096)
+    entry.result.candidates.add(config=entry.result.config, time_ms=0.001)
+    path.write_bytes(serialize_results([entry], text=True))
+    third = run_python(worker, timeout=300)
+    third.assert_no_traceback()
+    assert third.rc == 0, third.text
+    assert str(path) in third.err and "not one of" in third.err, third.err
+    assert "benchmarks 0" not in third.out, "the forged winner was launched"
+    assert "4096" not in path.read_text(), "the forged entry was not overwritten"
+
 
 def test_entry_read_never_follows_a_planted_symlink(tmp_path, caplog, capsys):
     """Item 9: a symlink at an entry's path pointing at another user's private file: the tuner
