@@ -1,7 +1,10 @@
 """Multi-GPU cache regeneration without Bazel: the examples' `.dump` commands, one job per GPU.
 
     python3 bench/regen_multi_gpu.py OUT_DIR [--gpus=0,1] [--scenarios=exact,retune]
-                                     [--examples=NAME,...] [--allow-cpu]
+        [--examples=NAME,...] [--single-runs=2] [--strip-devices='DEV|DEV'] [--allow-cpu]
+    python3 bench/regen_multi_gpu.py EXTRACTED_ARTIFACTS_DIR --recheck     # offline, no GPU
+
+docs/benchmarks.md ("Multi-GPU cache regeneration") has the figures of a two-H200 run.
 
 The GPU machine has no Bazel, so this drives `//tools:regen_cache`'s scheduler
 (tools/regen_scheduler.py, unchanged) by hand with the command each `.dump` target runs:
@@ -34,17 +37,25 @@ pip hub. One directory is added in front of PYTHONPATH: an observer `sitecustomi
 Scenarios, each run with the first GPU alone and then with every GPU:
 
 - `exact`: the `.dump` targets as they are: each loads its committed cache, so on a GPU type
-  the committed caches already cover every lookup hits and nothing is tuned;
+  the committed caches already cover, every lookup hits and nothing is tuned;
 - `retune`: the same commands, loading a copy of the committed cache without the entries of
-  this machine's device(s) (those the `exact` single-GPU dumps hold): every key of this GPU
-  type is tuned again, as on the first regen for a new GPU type. A copy left with no entry is
-  not loaded at all, as the macro does for a cache that does not exist yet (the JAX example's
-  file holds only H200 entries).
+  this machine's device(s) (those the `exact` single-GPU dumps hold, or `--strip-devices`):
+  every key of this GPU type is tuned again, as on the first regen for a new GPU type. A copy
+  left with no entry is not loaded at all, as the macro does for a cache that does not exist
+  yet (the JAX example's file holds only H200 entries).
+
+`--single-runs=2` adds a second single-GPU run after the all-GPU one: a same-run control for
+what differs between two single-GPU runs anyway.
 
 Checks, per scenario: each job saw exactly one GPU, with the UUID that `nvidia-smi -L` gives
-its pin; the all-GPU run's dumps equal the single-GPU run's in everything but the timing fields
-(`result.time_ms`, `candidates[].time_ms`, `tuned_at`, `tuning_seconds`; XLA's entries hold no
-timing, so they must be equal bytes); the dumps merge into the committed caches the same way.
+its pin; the all-GPU run's dumps hold the same keys as the single-GPU run's and compare equal
+in everything but the timing fields (`result.time_ms`, `candidates[].time_ms`, `tuned_at`,
+`tuning_seconds`; XLA's entries hold no timing, so they compare as bytes); the dumps merge into
+the committed caches the same way, keeping every other device's entry byte for byte. Where
+nothing is tuned (`exact`) any other difference fails; a re-tuned entry whose winner differs
+between runs is reported with each run's time for both winners (`near_ties`) and, with
+`--single-runs=2`, the control's flips, since re-tuning picks another winner among candidates
+that time within noise (docs/bazel.md, "Timing fields").
 
 Writes OUT_DIR/results.json, OUT_DIR/summary.md and OUT_DIR/artifacts.tar.gz (dumps, merged
 caches, logs, per-job observations), and prints the summary. Exit status 0 when every check

@@ -200,3 +200,15 @@ def test_retune_input_drops_this_devices_entries(tmp_path: Path) -> None:
     xla = ROOT / "examples/jax/matmul_chain_test.autotune.textproto"
     devices = bench.devices_in(xla)
     assert bench.strip_devices(xla, devices, tmp_path / "x.textproto") == (None, 0, 6)
+
+
+def test_bad_flags_and_no_gpu_say_what_to_do(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main([str(tmp_path), "--scenarios=exact,bogus"]) == 2
+    assert "--scenarios=exact,bogus: use a comma-separated subset" in capsys.readouterr().err
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the no-GPU refusal cannot be seen here")
+    assert bench.main([str(tmp_path), "--gpus=0,1"]) == 2
+    assert "no CUDA GPU here; pass --allow-cpu" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
