@@ -2,7 +2,7 @@
 
 Markers (an HTML comment on the line before a fenced block):
 - `<!-- doc-test: cheap -->` runs the block: `sh` blocks with `bash -euo pipefail`, `python` blocks
-  with this interpreter; `<!-- doc-test: cheap exit=1 -->` expects that exit status;
+  saved to a file and run with this interpreter; `<!-- doc-test: cheap exit=1 -->` expects that exit status;
 - `<!-- doc-test: file=NAME -->` writes the block to NAME, for the blocks after it.
 Unmarked blocks are not run (they need a GPU, Bazel, a network install, or are output).
 Each doc runs in a fresh directory holding a link to the repository's examples/, with this
@@ -71,7 +71,10 @@ def run(snippet: Snippet, cwd: Path, env: dict[str, str]) -> None:
     if snippet.lang in ("sh", "bash", "shell"):
         cmd = ["bash", "-euo", "pipefail", "-c", snippet.body]
     elif snippet.lang == "python":
-        cmd = [sys.executable, "-c", snippet.body]
+        # From a file, as a reader would save it: Triton's interpreter reads kernels' source.
+        script = cwd / f"snippet_{Path(snippet.doc).stem}_{snippet.line}.py"
+        script.write_text(snippet.body)
+        cmd = [sys.executable, script.name]
     else:
         raise AssertionError(f"{snippet.doc}:{snippet.line}: cannot run a {snippet.lang!r} block")
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
