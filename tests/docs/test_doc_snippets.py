@@ -2,7 +2,8 @@
 
 Markers (an HTML comment on the line before a fenced block):
 - `<!-- doc-test: cheap -->` runs the block: `sh` blocks with `bash -euo pipefail`, `python` blocks
-  saved to a file and run with this interpreter; `<!-- doc-test: cheap exit=1 -->` expects that exit status;
+  saved to a file and run with this interpreter; `<!-- doc-test: cheap exit=1 -->` expects
+  that exit status;
 - `<!-- doc-test: file=NAME -->` writes the block to NAME, for the blocks after it.
 Unmarked blocks are not run (they need a GPU, Bazel, a network install, or are output).
 Each doc runs in a fresh directory holding a link to the repository's examples/, with this
@@ -23,9 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"<!--\s*doc-test:\s*(?P<spec>[^>]*?)\s*-->[ \t]*\n```(?P<lang>[\w-]*)[ \t]*\n"
+BLOCK = re.compile(r"^<!--\s*doc-test:\s*(?P<spec>[^>]*?)\s*-->[ \t]*\n```(?P<lang>[\w-]*)[ \t]*\n"
                    r"(?P<body>.*?)^```", re.S | re.M)
-MARKER = re.compile(r"<!--\s*doc-test:")
+MARKER = re.compile(r"^<!--\s*doc-test:", re.M)
 
 
 @dataclass(frozen=True)
