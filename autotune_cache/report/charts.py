@@ -76,7 +76,7 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
     for tick, label_index in zip(ax.get_yticklabels(), y, strict=True):
         if label_index >= len(ok):
             tick.set_color(FAILED)
-    ax.invert_yaxis()
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # fastest on top, no empty rows
     ax.set_xlim(0, (max(times) if times else 1.0) * 1.35)
     method = f", {section.timing_method}" if section.timing_method else ""
     ax.set_xlabel(f"time per launch (ms{method})")

@@ -23,6 +23,7 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
+td { overflow-wrap: anywhere; }
 section.entry { border: 1px solid #ddd; border-radius: 6px; padding: 0.2em 1em 0.8em;
                 margin: 1.2em 0; }
 section.entry h3 { margin: 0.5em 0; }
