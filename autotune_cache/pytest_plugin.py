@@ -169,7 +169,7 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
             combined = list(theirs)
             combined += [p for p in mine if p not in combined]
             mine = tuple(combined)
-        elif option.twin in env_given and theirs != mine:
+        elif option.twin in env_given and not _same(theirs, mine):
             shown = "true" if value is True else value
             their_text = next((f"--{n}" + (f"={v}" if v is not None else "")
                                for n, v in reversed(_flag_tokens(env_text)) if n == option.twin))
@@ -181,6 +181,13 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
         option_tokens.append(shlex.quote(token))
     combined_text = " ".join(t for t in (env_text.strip(), " ".join(option_tokens)) if t)
     return replace(env_settings, **changes), combined_text
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal settings values; paths compare by where they point, not how they are spelt."""
+    if isinstance(a, Path) and isinstance(b, Path):
+        return a == b or a.resolve() == b.resolve()
+    return a == b
 
 
 def active(config: pytest.Config) -> bool:
@@ -433,9 +440,10 @@ class XdistControllerPlugin:
         self.config = config
         self.settings = settings
         self.combined = combined
-        # Check the loads and the directory now, once, as a usage error; no cache is kept here.
+        # Check the loads, the directory and the dump (path, Bazel sharding) now, once, as a
+        # usage error. This Cache is not kept: it is never closed, so it writes nothing.
         try:
-            Cache(replace(settings, dump_to=None))
+            Cache(settings)
         except (AutotuneCacheError, OSError) as e:
             raise _usage_error(e, combined) from None
         self.partials: Path | None = None

@@ -213,6 +213,15 @@ def test_usage_errors(suite, monkeypatch, env, args, message):
     assert "passed" not in result.stdout.str()  # refused before any test ran
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_dump_in_a_sharded_bazel_test_is_a_usage_error(suite, monkeypatch, xdist):
+    monkeypatch.setenv("TEST_TOTAL_SHARDS", "3")
+    result = run(suite, *xdist, f"--autotune-dump={suite.path / 'd.textproto'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --dump_autotune_results_to=*: this test runs in 3 "
+                                 "shards, so no shard sees every result *"])
+
+
 def test_options_combine_with_autotune_flags(suite, monkeypatch):
     one, two = suite.path / "one.textproto", suite.path / "two.textproto"
     save_results(one, [fake_kernel.tune(fake_kernel.key("softmax", 1024))])
@@ -222,7 +231,8 @@ def test_options_combine_with_autotune_flags(suite, monkeypatch):
     # Loads are the union; the same dump path in both places is no conflict.
     monkeypatch.setenv("AUTOTUNE_FLAGS", f"--load_autotune_results_from={one} "
                                          f"--dump_autotune_results_to={dump}")
-    result = run(suite, f"--autotune-load={two}", f"--autotune-dump={dump}",
+    # The same dump path spelt relative to the directory pytest runs in.
+    result = run(suite, f"--autotune-load={two}", "--autotune-dump=dump.textproto",
                  "--autotune-require-complete")
     result.assert_outcomes(passed=4)
     assert len(load_results(dump)) == 3
