@@ -118,13 +118,10 @@ def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str
     parse_flags(text, env)
     by_twin = {o.twin: o for o in OPTIONS}
     values: dict[str, str | None] = {}
-    loads: list[str] = []
     for name, value in _flag_tokens(text):
-        if name == "load_autotune_results_from" and value:
-            loads.extend(p for p in value.split(",") if p not in loads)
-        elif name in by_twin:
-            values[name] = value
-    args = [f"--autotune-load={','.join(loads)}"] if loads else []
+        if name in by_twin:
+            values[name] = value  # the last occurrence wins, as in parse_flags
+    args = []
     for twin, value in values.items():
         option = by_twin[twin]
         if option.metavar is None:

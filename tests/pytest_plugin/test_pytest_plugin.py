@@ -270,6 +270,10 @@ def test_args_from_flags_round_trip(tmp_path):
     settings, _ = resolve_settings(values, {"AUTOTUNE_FLAGS": text})
     assert settings == parse_flags(text, {})
     assert args_from_flags("--require_complete_autotune_results=false", {}) == []
+    # A flag given twice: the last one counts, in AUTOTUNE_FLAGS and in the options alike.
+    twice = "--load_autotune_results_from=a.textproto --load_autotune_results_from=b.textproto"
+    assert args_from_flags(twice, {}) == ["--autotune-load=b.textproto"]
+    assert parse_flags(twice, {}).load_from == (Path("b.textproto"),)
 
 
 # ----- pytest-xdist ------------------------------------------------------------------------------
