@@ -116,10 +116,6 @@ def _anchor(*parts: str) -> str:
     return "e-" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12]
 
 
-def _time(value: float) -> float | None:
-    return value if value else None
-
-
 def _section_from_entry(source: str, entry: pb.Entry) -> Section:
     key = CacheKey.from_proto(entry.key)
     result = entry.result
@@ -136,7 +132,7 @@ def _section_from_entry(source: str, entry: pb.Entry) -> Section:
     return Section(
         anchor=_anchor(source, key.digest()), source=source, kernel=key.kernel,
         problem=key.problem, device=str(key.device), toolchain=key.toolchain_str,
-        config=winner_text, time_ms=_time(result.time_ms) if result.candidates or result.time_ms
+        config=winner_text, time_ms=result.time_ms if result.candidates or result.time_ms
         else None, timing_method=result.timing_method, tuned_at=result.tuned_at,
         tuning_seconds=result.tuning_seconds, candidates=candidates)
 
