@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="parse, check versions, report damaged files")
     s.add_argument("paths", nargs="+", type=Path)
     s.set_defaults(func=cmd_verify)
+    from autotune_cache.report.cli import add_report_parser  # matplotlib is imported only on use
+
+    add_report_parser(sub)
     return p
 
 
