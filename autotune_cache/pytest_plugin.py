@@ -31,7 +31,6 @@ Decisions recorded here (docs/pytest.md explains them to users):
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, configure
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
 from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags
@@ -142,7 +142,7 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
     """Settings from AUTOTUNE_FLAGS combined with the plugin options `values` (keyed by dest),
     and the combined flags as one AUTOTUNE_FLAGS string (for messages). Raises
     pytest.UsageError for a bad value or a conflict."""
-    env = os.environ if env is None else env
+    env = autotune_env.environ() if env is None else env
     env_text = env.get(ENV_VAR, "")
     try:
         env_settings = parse_flags(env_text, env)

@@ -95,7 +95,7 @@ from regen_scheduler import (  # noqa: E402
 )
 
 from autotune_cache.proto import autotune_results_pb2 as pb  # noqa: E402
-from autotune_cache.readers import load_any  # noqa: E402
+from autotune_cache.resultsets.registry import load_any  # noqa: E402
 
 PIN_SCRIPT = TOOLS / "regen_gpu_pin.py"
 MACRO = ROOT / "rules" / "private" / "autotuned_py_test.bzl"

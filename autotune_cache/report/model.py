@@ -17,7 +17,9 @@ from pathlib import Path
 
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.readers import OurResults, Row, config_summary, load_any
+from autotune_cache.resultsets.base import Row
+from autotune_cache.resultsets.ours import OurResults, config_summary
+from autotune_cache.resultsets.registry import load_any
 
 
 @dataclass(frozen=True)

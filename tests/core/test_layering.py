@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
-    ("autotune_cache.cli", "autotune_cache.triton"),
+    ("autotune_cache.report",),
+    ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest_plugin"),
     ("autotune_cache", "autotune_cache.__main__"),
 )
 

@@ -15,8 +15,9 @@ import pytest
 from autotune_cache import cli
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.readers import config_summary, load_any
 from autotune_cache.report import build_reports, render_html
+from autotune_cache.resultsets.ours import config_summary
+from autotune_cache.resultsets.registry import load_any
 from tests.cachetools import fake_tune, make_key
 
 pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
