@@ -276,12 +276,12 @@ def check_main_repository(targets: Sequence[DumpTarget]) -> None:
     for target in targets:
         repository = label_repository(target.label)
         if repository:
+            in_repository = target.test_label.split("//", 1)[1]
             raise RegenError(
                 f"{target.label} belongs to repository @{repository}, and regen_cache writes "
                 "caches only into the main workspace's source tree ($BUILD_WORKSPACE_DIRECTORY), "
                 f"not into @{repository}'s; run the regen from a checkout of that repository "
-                f"as its main workspace (`bazel run //{target.package}:"
-                f"{target.test_label.split(':', 1)[1]}.regen` there)."
+                f"as its main workspace (`bazel run //{in_repository}.regen` there)."
             )
 
 

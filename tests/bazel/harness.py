@@ -71,6 +71,25 @@ toolchain(
 """
 
 
+# How a WORKSPACE user declares rules_python (its release notes' lines); offline, the tests'
+# --override_repository replaces it with the shim.
+RULES_PYTHON_WORKSPACE = """\
+load("@bazel_tools//tools/build_defs/repo:http.bzl", "http_archive")
+
+http_archive(
+    name = "rules_python",
+    sha256 = "9f9f3b300a9264e4c77999312ce663be5dee9a56e361a1f6fe7ec60e1beef9a3",
+    strip_prefix = "rules_python-1.4.1",
+    url = "https://github.com/bazel-contrib/rules_python/releases/download/1.4.1/rules_python-1.4.1.tar.gz",
+)
+
+load("@rules_python//python:repositories.bzl", "py_repositories")
+
+py_repositories()
+
+"""
+
+
 def copy_ruleset(destination: Path) -> Path:
     """A copy of the ruleset as a user's checkout has it, at `destination`."""
     destination.mkdir(parents=True)
@@ -143,6 +162,7 @@ class Workspace:
         workspace = cls(root=base / "user", bazel=bazel, output_user_root=output_user_root)
         workspace.root.mkdir(parents=True)
         workspace.write_harness_files(
+            RULES_PYTHON_WORKSPACE +
             f'local_repository(\n    name = "rules_autotune",\n    path = "{ruleset}",\n)\n\n'
             'load("@rules_autotune//rules:repositories.bzl", "rules_autotune_dependencies")\n\n'
             "rules_autotune_dependencies()\n\n"
