@@ -186,8 +186,8 @@ def regenerate_group(
     """
     group = tuple(targets)
     overall = "PASSED" if all(status[t.label] == "PASSED" for t in targets) else "FAILED"
-    problems = [f"{t.label}: {results[t.label]}" for t in targets
-                if isinstance(results[t.label], str)]
+    problems = [(f"{t.label}: " if len(targets) > 1 else "") + results[t.label]
+                for t in targets if isinstance(results[t.label], str)]
     if problems:
         if len(targets) > 1:
             problems.append("a cache shared by several tests is only written when all of "
@@ -207,6 +207,16 @@ def regenerate_group(
         return Outcome(group, overall,
                        problem=f"{type(e).__name__}: {e}; the committed cache is left as is")
     return Outcome(group, overall, change=change)
+
+
+def regenerate_one(
+    target: DumpTarget, status: str, test_dir: Path, workspace: Path, check: bool,
+    build_exit: int = 0,
+) -> Outcome:
+    """regenerate_group for a cache file written by one dump target."""
+    result = read_one(target, status, test_dir, build_exit)
+    return regenerate_group([target], {target.label: result}, {target.label: status},
+                            workspace, check)
 
 
 def placeholder_bytes(target: DumpTarget) -> bytes:
