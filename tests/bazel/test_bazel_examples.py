@@ -161,8 +161,9 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     def env(label: str) -> dict[str, str]:
         return json.loads(workspace.undeclared_output(label, "env_probe.json"))
 
-    triton_cache = "bazel_fixtures/triton_fixture.autotune.textproto"
-    xla_cache = "bazel_fixtures/xla_fixture.autotune.textproto"
+    # TEST_WORKSPACE/ + $(rootpath): an absolute runfiles path once resolved (safe after chdir).
+    triton_cache = "TEST_WORKSPACE/bazel_fixtures/triton_fixture.autotune.textproto"
+    xla_cache = "TEST_WORKSPACE/bazel_fixtures/xla_fixture.autotune.textproto"
     assert env(labels[0]) == {
         "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
                           " --require_complete_autotune_results",
@@ -205,7 +206,7 @@ def test_jax_example_gets_exactly_the_intended_xla_flags(workspace: Workspace) -
         recorded = json.loads(workspace.undeclared_output(label, "recorded_env.json"))
         package, name = label.removeprefix("//").split(":")
         cache = f"{package}/{name}.autotune.textproto"
-        load = (f"--xla_gpu_load_autotune_results_from={cache} "
+        load = (f"--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/{cache} "
                 if (workspace.root / cache).is_file() else "")
         assert recorded == {
             "XLA_FLAGS": f"{load}--xla_gpu_require_complete_aot_autotune_results",
