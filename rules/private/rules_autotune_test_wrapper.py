@@ -31,6 +31,12 @@ from pathlib import Path
 # Exit code for a test that cannot run as configured (distinct from a failing test's 1).
 EXIT_BAD_SETUP = 2
 
+# The variables the macro sets (rules/private/constants.bzl; tests/rules/test_constants.py
+# checks that the names agree).
+TEST_MAIN_ENV = "AUTOTUNE_TEST_MAIN"
+DUMP_TARGET_ENV = "AUTOTUNE_DUMP_TARGET"
+SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
+
 
 def _total_shards(env: Mapping[str, str]) -> int:
     """TEST_TOTAL_SHARDS as a number (1 when unset)."""
@@ -43,7 +49,7 @@ def _total_shards(env: Mapping[str, str]) -> int:
 
 def sharding_error(env: Mapping[str, str]) -> str | None:
     """The message to print when a `.dump` target runs as one of several shards, else None."""
-    target = env.get("AUTOTUNE_DUMP_TARGET")
+    target = env.get(DUMP_TARGET_ENV)
     total = _total_shards(env)
     if not target or total <= 1:
         return None
@@ -58,7 +64,7 @@ def sharding_error(env: Mapping[str, str]) -> str | None:
 
 def resolve_main(env: Mapping[str, str]) -> Path:
     """The user's test main from AUTOTUNE_TEST_MAIN (a `$(rootpath)`), checked to exist."""
-    raw = env.get("AUTOTUNE_TEST_MAIN", "")
+    raw = env.get(TEST_MAIN_ENV, "")
     if not raw:
         raise SystemExit(
             "autotuned test: AUTOTUNE_TEST_MAIN is not set. autotuned_py_test sets it; run the "
@@ -136,7 +142,7 @@ def sharding_from_env(env: Mapping[str, str]) -> Sharding | None:
         index=index,
         total=total,
         status_file=Path(status) if status else None,
-        split_cases=env.get("AUTOTUNE_SHARD_TEST_CASES", "1") != "0",
+        split_cases=env.get(SHARD_TEST_CASES_ENV, "1") != "0",
     )
 
 
@@ -179,11 +185,11 @@ def finish_sharding(sharding: Sharding, target: str) -> str | None:
     if sharding.split_here and touched:
         return (
             f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
-            f"{sharding.total}) and test_main.py split its unittest test cases, but the test "
-            "also splits its work itself (it touched TEST_SHARD_STATUS_FILE while its cases "
-            "ran, e.g. by filtering on TEST_SHARD_INDEX): shards would skip most of the work. "
-            "Set `shard_test_cases = False` on the autotuned_py_test so that only the test "
-            "splits its work."
+            f"{sharding.total}) and rules_autotune_test_wrapper.py split its unittest test cases, "
+            "but the test also splits its work itself (it touched TEST_SHARD_STATUS_FILE while "
+            "its cases ran, e.g. by filtering on TEST_SHARD_INDEX): shards would skip most of "
+            "the work. Set `shard_test_cases = False` on the autotuned_py_test so that only the "
+            "test splits its work."
         )
     if sharding.split_here:
         if sharding.status_file is not None:
