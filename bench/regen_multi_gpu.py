@@ -20,7 +20,7 @@ The GPU machine has no Bazel, so this drives `//tools:regen_cache`'s scheduler
   (`TEST_UNDECLARED_OUTPUTS_DIR`, `TEST_TMPDIR`, `TEST_TARGET`, `TEST_WORKSPACE`).
 - Each job's command is the `--run_under` prefix from `make_plan()` (the pin wrapper
   tools/regen_gpu_pin.py with its lock dir and GPU list) followed by the `.dump` target's main,
-  the macro's wrapper (rules/private/test_main.py, read from autotuned_py_test.bzl), run as
+  the macro's wrapper (rules/private/rules_autotune_test_wrapper.py, read from autotuned_py_test.bzl), run as
   `python3 <wrapper>`; at most `--local_test_jobs` (from the plan) run at a time.
 - The dumps are merged into the committed caches with tools/regen_diff.py's `committed_bytes`
   and summarised with its `compare`, exactly as regen_cache's harvest step does.
@@ -111,6 +111,9 @@ JOB_TIMEOUT_S = 300
 _NVIDIA_SMI_UUID = re.compile(r"^GPU (\d+):.*\(UUID: ([^)]+)\)", re.MULTILINE)
 
 
+_LOAD_LINE = re.compile(r'^load\(":([\w.]+\.bzl)"[^)]*\)\s*$', re.MULTILINE)
+
+
 class BenchError(Exception):
     """Something the bench cannot do; the message says what to fix."""
 
@@ -127,8 +130,15 @@ def load_flag_functions(path: Path = FLAGS_BZL) -> dict[str, object]:
         raise BenchError(f"{path}: {message}")
 
     namespace: dict[str, object] = {"fail": fail}
+    source = path.read_text()
     try:
-        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        # `load(":other.bzl", "NAME", ...)` of a sibling file: run that file first (it must be
+        # Python-compatible too) and drop the load line.
+        for found in _LOAD_LINE.finditer(source):
+            sibling = path.with_name(found.group(1))
+            exec(compile(sibling.read_text(), str(sibling), "exec"), namespace)
+        source = _LOAD_LINE.sub("", source)
+        exec(compile(source, str(path), "exec"), namespace)
     except (OSError, SyntaxError) as e:
         raise BenchError(
             f"cannot run {path} as Python ({type(e).__name__}: {e}); the bench builds the "
