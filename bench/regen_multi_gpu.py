@@ -20,8 +20,9 @@ The GPU machine has no Bazel, so this drives `//tools:regen_cache`'s scheduler
   (`TEST_UNDECLARED_OUTPUTS_DIR`, `TEST_TMPDIR`, `TEST_TARGET`, `TEST_WORKSPACE`).
 - Each job's command is the `--run_under` prefix from `make_plan()` (the pin wrapper
   tools/regen_gpu_pin.py with its lock dir and GPU list) followed by the `.dump` target's main,
-  the macro's wrapper (rules/private/rules_autotune_test_wrapper.py, read from autotuned_py_test.bzl), run as
-  `python3 <wrapper>`; at most `--local_test_jobs` (from the plan) run at a time.
+  the macro's wrapper (rules/private/rules_autotune_test_wrapper.py, read from
+  autotuned_py_test.bzl), run as `python3 <wrapper>`; at most `--local_test_jobs` (from the
+  plan) run at a time.
 - The dumps are merged into the committed caches with tools/regen_diff.py's `committed_bytes`
   and summarised with its `compare`, exactly as regen_cache's harvest step does.
 

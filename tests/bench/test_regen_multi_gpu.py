@@ -24,9 +24,9 @@ GPU 0: NVIDIA H200 (UUID: GPU-4a8003e8-bb21-abfa-0e21-9088e7085ccc)
 GPU 1: NVIDIA H200 (UUID: GPU-b43f15a9-3f66-dcfd-8a94-ddb6b61d9cf4)
 """
 
-# A fake dump test, run through the real wrapper (rules_autotune_test_wrapper.py), pin script and observer: it
-# waits until two jobs have started (so the two GPU slots must both be taken at once), then
-# passes. unittest.main() like the examples, so the observer records before the exit.
+# A fake dump test, run through the real wrapper (rules_autotune_test_wrapper.py), pin script
+# and observer: it waits until two jobs have started (so the two GPU slots must both be taken
+# at once), then passes. unittest.main() like the examples, so the observer records before the exit.
 FAKE_MAIN = textwrap.dedent("""
     import os, time, unittest
     from pathlib import Path
