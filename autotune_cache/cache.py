@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from autotune_cache import env
@@ -29,7 +29,11 @@ from autotune_cache.tiers import DirectoryTier, Found, MemoryTier, Tier, build_t
 from autotune_cache.tiers.memory import THIS_PROCESS
 from autotune_cache.validate import entry_problem, warn_damaged
 
+# add_listener's callback: (key, the hit or None, the strict-mode error or None).
+LookupListener = Callable[[CacheKey, "pb.Entry | None", "MissingResultError | None"], None]
+
 log = logging.getLogger("autotune_cache")
+
 
 def _check_writable_parent(path: Path, flag: str) -> None:
     """Fail at startup, naming the flag, when `path` could never be written."""
@@ -59,6 +63,7 @@ class Cache:
         self._lock = threading.RLock()
         self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
+        self._listeners: list[LookupListener] = []
         if self.settings.dump_to and (shards := env.total_shards()) > 1:
             raise DumpShardingError(
                 f"--dump_autotune_results_to={self.settings.dump_to}: this test runs in "
@@ -75,6 +80,17 @@ class Cache:
         memory = self.tiers[0]
         assert isinstance(memory, MemoryTier)
         self.memory = memory
+
+    def add_listener(self, listener: LookupListener) -> None:
+        """Call `listener(key, entry, error)` after every lookup: `entry` is the hit (None on a
+        miss), `error` the MissingResultError about to be raised under require_complete (else
+        None). The pytest plugin attributes misses to tests this way. A listener must not raise."""
+        self._listeners.append(listener)
+
+    def _tell(self, key: CacheKey, entry: pb.Entry | None,
+              error: MissingResultError | None = None) -> None:
+        for listener in self._listeners:
+            listener(key, entry, error)
 
     @property
     def store(self) -> DirectoryStore | None:
@@ -126,6 +142,7 @@ class Cache:
                 self.stats.hit(0.0 if in_memory else found.entry.result.tuning_seconds)
                 self.memory.remember(found)
                 self._mark_used(found.key, found.entry)
+                self._tell(key, found.entry)
                 return found.entry
             near = self.near_misses(key)
             # Entries that differ only in the candidate list are not stale: their timings are
@@ -141,7 +158,10 @@ class Cache:
                 log.info("autotune_cache: candidate list of %s changed; re-tuning only the new "
                          "candidates", key.describe())
             if self.settings.require_complete:
-                raise MissingResultError(self.missing_message(key, near))
+                error = MissingResultError(self.missing_message(key, near))
+                self._tell(key, None, error)
+                raise error
+            self._tell(key, None)
             return None
 
     def refresh(self, key: CacheKey, candidates: Iterable[pb.Config] | None = None

@@ -119,8 +119,13 @@ def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str
     by_twin = {o.twin: o for o in OPTIONS}
     values: dict[str, str | None] = {}
     for name, value in _flag_tokens(text):
-        if name in by_twin:
-            values[name] = value  # the last occurrence wins, as in parse_flags
+        if name not in by_twin:
+            continue
+        if by_twin[name].dest == "autotune_load" and values.get(name):
+            # Every --load_autotune_results_from counts, in order, as in parse_flags.
+            values[name] = f"{values[name]},{value}"
+        else:
+            values[name] = value  # parse_flags refused differing repeats of the other flags
     args = []
     for twin, value in values.items():
         option = by_twin[twin]
@@ -163,9 +168,14 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
         field_name = _TWIN_FIELD[option.twin]
         theirs = getattr(env_settings, field_name)
         if field_name == "load_from":
-            combined = list(theirs)
-            combined += [p for p in mine if p not in combined]
-            mine = tuple(combined)
+            # Files AUTOTUNE_FLAGS already loads are not loaded twice; the token names only the
+            # new ones, so that the combined text means exactly these settings.
+            new = [p for p in dict.fromkeys(mine) if p not in theirs]
+            mine = (*theirs, *new)
+            if not new:
+                changes[field_name] = mine
+                continue
+            token = f"--{option.twin}=" + ",".join(str(p) for p in new)
         elif option.twin in env_given and not _same(theirs, mine):
             shown = "true" if value is True else value
             their_text = next((f"--{n}" + (f"={v}" if v is not None else "")
@@ -230,19 +240,14 @@ class MissRecorder:
         self._lock = threading.Lock()
 
     def attach(self, cache: Cache) -> None:
-        original = cache.lookup
-
-        def lookup(key: CacheKey) -> pb.Entry | None:
-            try:
-                entry = original(key)
-            except MissingResultError as e:
-                self._note(cache, key, strict=True, message=str(e))
-                raise
-            if entry is None:
+        def observe(key: CacheKey, entry: pb.Entry | None,
+                    error: MissingResultError | None) -> None:
+            if error is not None:
+                self._note(cache, key, strict=True, message=str(error))
+            elif entry is None:
                 self._note(cache, key, strict=False)
-            return entry
 
-        cache.lookup = lookup  # type: ignore[method-assign]
+        cache.add_listener(observe)
 
     def _note(self, cache: Cache, key: CacheKey, *, strict: bool, message: str = "") -> None:
         miss = Miss(self.nodeid or "(outside any test)", self.phase, key.kernel, key.problem,

@@ -15,7 +15,8 @@ import pytest
 from autotune_cache import cli
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.report import build_reports, render_html
+from autotune_cache.report.model import build_reports
+from autotune_cache.report.page import render_html
 from autotune_cache.resultsets.ours import config_summary
 from autotune_cache.resultsets.registry import load_any
 from tests.cachetools import fake_tune, make_key
