@@ -301,6 +301,9 @@ def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
     except AutotuneCacheError as e:
         print(f"autotuned test: AUTOTUNE_FLAGS: {e}", file=sys.stderr)
         return EXIT_BAD_SETUP
+    # `-p autotune_cache.pytest_plugin` below imports the plugin afresh, so that pytest can
+    # rewrite its asserts as for any plugin (it warns about a module imported before it).
+    sys.modules.pop("autotune_cache.pytest_plugin", None)
 
     class ShardItems:
         """Keeps this shard's items; runs after -k / -m (--test_filter) have deselected, so a
