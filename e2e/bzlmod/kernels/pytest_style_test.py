@@ -1,7 +1,6 @@
 """A pytest-style test (no `__main__`): BUILD.bazel runs it with `runner = "pytest"`."""
 
 import pytest
-
 from kernels import affine
 
 
