@@ -1,6 +1,8 @@
 """Real Bazel 4.2.3 against the cases real monorepos hit (issue 9): shared caches, a test that
 changes directory, a user's test_main.py, Label caches, caches in another package, a broken
-package during a full regen, the dump's own size/timeout, remote-execution attributes.
+package during a full regen, the dump's own size/timeout, remote-execution attributes; and
+issue 14's pytest-style file (`runner = "pytest"`): dump, regen, load over three shards, a strict
+miss failing one item.
 
 The fixtures live in tests/bazel/fixtures/ruleset/ (//bazel_fixtures/ruleset/... in the scratch
 workspace); each case has its own package, so that one the ruleset cannot load fails alone.
