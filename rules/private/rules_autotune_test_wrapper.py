@@ -357,13 +357,17 @@ def main() -> None:
         if sharding is not None and sharding.status_file is not None:
             sharding.status_file.unlink(missing_ok=True)
         code = run_pytest(user_main, sharding)
-        if sharding is not None and not sharding.split_cases:
-            # The test splits its work itself (shard_test_cases = False): it must have touched
-            # TEST_SHARD_STATUS_FILE.
-            problem = finish_sharding(sharding, os.environ.get("TEST_TARGET", str(user_main)))
-            if problem:
-                print(problem, file=sys.stderr)
-                sys.exit(EXIT_BAD_SETUP)
+        if (sharding is not None and not sharding.split_cases and not sharding.touched
+                and sharding.status_file is not None):
+            # shard_test_cases = False: the tests split their work themselves, and say so.
+            target = os.environ.get("TEST_TARGET", str(user_main))
+            print(f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
+                  f"{sharding.total}) with runner = \"pytest\" and shard_test_cases = False, "
+                  "but no test touched TEST_SHARD_STATUS_FILE, so every shard would run every "
+                  "item. Remove shard_test_cases = False (the wrapper then deals pytest's items "
+                  "to the shards), or split the work by TEST_SHARD_INDEX / TEST_TOTAL_SHARDS "
+                  "and touch TEST_SHARD_STATUS_FILE.", file=sys.stderr)
+            sys.exit(EXIT_BAD_SETUP)
         sys.exit(code)
     if sharding is not None:
         # Start from a clean slate, so that the file existing later means this process claimed

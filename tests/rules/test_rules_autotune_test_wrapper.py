@@ -349,3 +349,13 @@ def test_pytest_file_without_sharding_runs_everything(tmp_path: Path) -> None:
     assert sorted(ran.read_text().split()) == PYTEST_ITEMS
     assert xml.read_text().count("<testcase ") == 5
     assert "5 passed" in done.stdout
+
+
+def test_pytest_without_the_wrappers_split_must_claim_sharding(tmp_path: Path) -> None:
+    """shard_test_cases = False: items are not dealt out, and a shard whose tests never touch
+    TEST_SHARD_STATUS_FILE fails, naming the attribute."""
+    ran, codes, stderr = _run_shards(tmp_path, PYTEST_MAIN, total=2,
+                                     extra_env={**PYTEST_ENV, "AUTOTUNE_SHARD_TEST_CASES": "0"})
+    assert sorted(ran) == sorted(PYTEST_ITEMS * 2), ran  # every shard ran everything
+    assert codes == [2, 2], stderr
+    assert 'runner = "pytest" and shard_test_cases = False' in stderr, stderr
