@@ -10,9 +10,10 @@ In the user's WORKSPACE, after rules_python and a Python toolchain are set up:
 
     rules_autotune_install_deps()
 
-This declares `@rules_autotune_pypi`, the ruleset's pip hub for protobuf and filelock (the
-default of the `@rules_autotune//:protobuf` and `:filelock` label flags). A user whose own hub
-already has both can skip it and point the flags at their hub instead (docs/bazel.md).
+This declares `@rules_autotune_pypi`, the ruleset's pip hub for protobuf, filelock and pytest
+(the default of the `@rules_autotune//:protobuf`, `:filelock` and `:pytest` label flags). A user
+whose own hub already has them can skip it and point the flags at their hub instead
+(docs/bazel.md).
 """
 
 load("@rules_python//python:pip.bzl", "pip_parse")

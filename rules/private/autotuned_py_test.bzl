@@ -16,6 +16,7 @@ load(
     "DUMP_TARGET_ENV",
     "REGEN_HINT_ENV",
     "REGEN_TARGET_SUFFIX",
+    "RUNNER_ENV",
     "SHARD_TEST_CASES_ENV",
     "TEST_MAIN_ENV",
     "XLA_FLAGS_ENV",
@@ -26,12 +27,17 @@ load(":load_test.bzl", "autotuned_load_test")
 
 _BACKENDS = ["triton", "xla"]
 
+# How the main runs: as `__main__` (py_test's way: unittest.main(), absltest, a script), or
+# collected and run by pytest (a pytest-style file with no `__main__` block).
+_RUNNERS = ["main", "pytest"]
+
 # Variables the macro sets itself; a user value would be silently lost, so it is an error.
 _RESERVED_ENV = [
     REGEN_HINT_ENV,
     TEST_MAIN_ENV,
     DUMP_TARGET_ENV,
     SHARD_TEST_CASES_ENV,
+    RUNNER_ENV,
 ]
 
 def _default_main(name, srcs):
@@ -101,6 +107,7 @@ def autotuned_py_test(
         env = {},
         cache = None,
         backend = "triton",
+        runner = "main",
         require_complete = True,
         xla_per_fusion_cache_dir = None,
         shard_test_cases = True,
@@ -123,7 +130,10 @@ def autotuned_py_test(
       `rules_autotune_test_wrapper.py`, which gives plain `unittest.main()` mains Bazel's sharding
       protocol (each shard runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE);
       absltest's own sharding is detected and left alone. A shard whose main claims no
-      sharding support fails with a message saying so.
+      sharding support fails with a message saying so. With `runner = "pytest"` the test
+      always runs through the wrapper, which runs pytest on the main with the macro's flags
+      as the autotune_cache plugin's options (and, when sharded, gives each shard every N-th
+      test item by sorted node id).
     - `<name>.dump`: the same test dumping to
       `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto` (dump_test.bzl). It also loads
       the existing cache, so only new or stale keys are tuned. `shard_count` is 1, its size and
@@ -156,6 +166,14 @@ def autotuned_py_test(
         `--incompatible_no_implicit_file_export`, be listed in that package's `exports_files`.
       backend: "triton" sets `AUTOTUNE_FLAGS` (our library); "xla" sets `XLA_FLAGS` (XLA's
         own flags, for JAX tests).
+      runner: "main" (default) runs the main as `__main__`, as py_test does (`unittest.main()`,
+        `absltest.main()` or a script). "pytest" runs it with pytest (a pytest-style file
+        with no `__main__` block): the autotune_cache pytest plugin gets the macro's flags
+        (a strict miss fails the one test item that missed), `args` are passed to pytest,
+        pytest writes `XML_OUTPUT_FILE`, and with `shard_count > 1` each shard runs every
+        N-th item by sorted node id. pytest comes from the `@rules_autotune//:pytest` label
+        flag (default: the ruleset's hub). Starlark cannot read the main, so this is not
+        detected: a pytest file run as "main" defines its tests and runs none.
       require_complete: in load mode a missing result is an error naming the regen command,
         instead of a silent re-tune. Never applied to `.dump`.
       xla_per_fusion_cache_dir: backend "xla" only: passed as
@@ -184,6 +202,12 @@ def autotuned_py_test(
         fail(("autotuned_py_test(name = \"{}\"): xla_per_fusion_cache_dir only applies to " +
               "backend = \"xla\"; for Triton put --autotune_cache_dir=DIR in " +
               "env[\"AUTOTUNE_FLAGS\"].").format(name))
+    if runner not in _RUNNERS:
+        fail("autotuned_py_test(name = \"{}\"): runner = \"{}\" is not one of {}.".format(
+            name,
+            runner,
+            ", ".join(_RUNNERS),
+        ))
     for reserved in _RESERVED_ENV:
         if reserved in env:
             fail(("autotuned_py_test(name = \"{}\"): env[\"{}\"] is set by the macro; " +
@@ -200,6 +224,10 @@ def autotuned_py_test(
     # main (`<name>.py`) would be `<name>.dump.py` for the dump, so main is always explicit.
     user_main = main if main != None else _default_main(name, srcs)
     wrapper = Label("//rules/private:rules_autotune_test_wrapper.py")
+    if runner == "pytest":
+        deps = deps + [Label("//rules/private:pytest_runner")]
+        env = dict(env)
+        env[RUNNER_ENV] = runner
 
     autotuned_load_test(
         name = name,
@@ -220,6 +248,7 @@ def autotuned_py_test(
         user_main = user_main,
         main = main,
         wrapper = wrapper,
+        always_wrap = runner == "pytest",
         shard_test_cases = shard_test_cases,
         tags = tags,
         **kwargs

@@ -30,6 +30,10 @@ TEST_MAIN_ENV = "AUTOTUNE_TEST_MAIN"
 DUMP_TARGET_ENV = "AUTOTUNE_DUMP_TARGET"
 SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
 
+# Set to "pytest" on the targets of `runner = "pytest"`: the wrapper then runs the main with
+# pytest instead of as `__main__`.
+RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
+
 # The flag variables: our library's and XLA's.
 AUTOTUNE_FLAGS_ENV = "AUTOTUNE_FLAGS"
 XLA_FLAGS_ENV = "XLA_FLAGS"

@@ -20,6 +20,7 @@ def autotuned_load_test(
         user_main,
         main,
         wrapper,
+        always_wrap,
         shard_test_cases,
         tags,
         **kwargs):
@@ -36,6 +37,8 @@ def autotuned_load_test(
       user_main: the user's main file (explicit, or the default one).
       main: the user's `main` attribute, or None.
       wrapper: the Label of rules_autotune_test_wrapper.py.
+      always_wrap: run the main through the wrapper even when not sharded (`runner =
+        "pytest"`: the wrapper runs pytest).
       shard_test_cases: the macro's `shard_test_cases`.
       tags: the user's tags.
       **kwargs: the remaining py_test attributes.
@@ -45,8 +48,9 @@ def autotuned_load_test(
     load_kwargs = dict(kwargs)
     load_srcs = srcs
     load_data = data + ([location.label] if location.exists else [])
-    if (kwargs.get("shard_count") or 0) > 1:
-        # Sharded: the wrapper gives plain unittest mains Bazel's sharding protocol.
+    if always_wrap or (kwargs.get("shard_count") or 0) > 1:
+        # Sharded: the wrapper gives plain unittest mains (and pytest items) Bazel's sharding
+        # protocol. `runner = "pytest"`: the wrapper runs pytest.
         load_env[TEST_MAIN_ENV] = "$(rootpath {})".format(user_main)
         if not shard_test_cases:
             load_env[SHARD_TEST_CASES_ENV] = "0"

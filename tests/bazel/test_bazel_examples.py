@@ -344,6 +344,7 @@ BAD_MACRO_CALLS = {
     "bad_cache": ('cache = "@other_repo//caches:t.autotune.textproto"',
                   "is in repository @other_repo, not in the test's own repository"),
     "bad_cache_name": ('cache = "noext_cache"', 'cache = "noext_cache" has no file extension'),
+    "bad_runner": ('runner = "unittest"', 'runner = "unittest" is not one of main, pytest'),
     "bad_per_fusion": ('xla_per_fusion_cache_dir = "/tmp/d"',
                        "xla_per_fusion_cache_dir only applies to backend = \"xla\""),
 }

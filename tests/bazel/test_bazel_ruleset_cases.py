@@ -1,6 +1,8 @@
 """Real Bazel 4.2.3 against the cases real monorepos hit (issue 9): shared caches, a test that
 changes directory, a user's test_main.py, Label caches, caches in another package, a broken
-package during a full regen, the dump's own size/timeout, remote-execution attributes.
+package during a full regen, the dump's own size/timeout, remote-execution attributes; and
+issue 14's pytest-style file (`runner = "pytest"`): dump, regen, load over three shards, a strict
+miss failing one item.
 
 The fixtures live in tests/bazel/fixtures/ruleset/ (//bazel_fixtures/ruleset/... in the scratch
 workspace); each case has its own package, so that one the ruleset cannot load fails alone.
@@ -12,10 +14,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
-from autotune_cache.formats import load_results
+from autotune_cache.formats import load_results, save_results
 from tests.bazel.harness import Workspace
 
 PKG = "bazel_fixtures/ruleset"
@@ -153,3 +156,107 @@ def test_regen_hint_names_the_main_repository_label(workspace: Workspace, spelli
     """The hint of a main-repository test is the label a user types (no repository prefix)."""
     attrs = build_attrs(workspace, f"{spelling}{PKG}/chdir:chdir_test")
     assert f'"AUTOTUNE_REGEN_HINT": "bazel run //{PKG}/chdir:chdir_test.regen"' in attrs, attrs
+
+
+# ----- runner = "pytest" (issue 14) -------------------------------------------------------------
+
+PYTEST_LABEL = f"//{PKG}/pytest:items_test"
+PYTEST_CACHE = f"{PKG}/pytest/items_test.autotune.textproto"
+PYTEST_ITEMS = sorted([*(f"items_test::test_sizes[{n}]" for n in range(1, 5)),
+                       "items_test::test_plain", "items_test.TestGroup::test_first",
+                       "items_test.TestGroup::test_second"])
+PYTEST_KERNELS = sorted([*(f"pytest_size_{n}" for n in range(1, 5)), "pytest_group_first",
+                         "pytest_group_second"])
+
+
+def junit_items(ws: Workspace, label: str, total: int) -> list[tuple[str, str, str]]:
+    """(item, outcome, message) of every test case in the JUnit XML of each shard's test.xml,
+    the file pytest wrote to XML_OUTPUT_FILE. The item is `module[.Class]::name`."""
+    items = []
+    for index in range(total):
+        xml = ws.outputs_root(label) / f"shard_{index + 1}_of_{total}" / "test.xml"
+        for case in ElementTree.parse(xml).iter("testcase"):
+            module = case.get("classname", "").rsplit("pytest.", 1)[-1]
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            outcome = "passed" if problem is None else problem.tag
+            message = "" if problem is None else (problem.get("message", "") + (problem.text or ""))
+            items.append((f"{module}::{case.get('name')}", outcome, message))
+    return sorted(items)
+
+
+def ensure_pytest_cache(ws: Workspace) -> Path:
+    """The pytest fixture's cache, made by its `.regen` when it does not exist yet."""
+    cache = ws.root / PYTEST_CACHE
+    if not cache.exists():
+        ws.run("run", f"{PYTEST_LABEL}.regen")
+    return cache
+
+
+def test_pytest_file_dumps_regens_and_loads_over_three_shards(workspace: Workspace) -> None:
+    """A pytest-style file: `.regen` runs its `.dump` (pytest, unsharded, the plugin dumping)
+    and writes the cache; the load test's three shards then run every item exactly once, each
+    served from the cache, with pytest's JUnit XML as Bazel's test.xml."""
+    ws = workspace
+    (ws.root / PYTEST_CACHE).unlink(missing_ok=True)
+    created = ws.run("run", f"{PYTEST_LABEL}.regen")
+    assert f"{PYTEST_CACHE}: ok: created: +6 added" in created.output, created.output
+    assert kernels_in(ws.root / PYTEST_CACHE) == PYTEST_KERNELS
+    dump_log = ws.test_log(f"{PYTEST_LABEL}.dump")
+    assert "7 passed" in dump_log and "dump: wrote 6 entries to" in dump_log, dump_log[-3000:]
+
+    result = ws.run("test", "--nocache_test_results", PYTEST_LABEL)
+    assert re.search(re.escape(PYTEST_LABEL) + r"\s+PASSED in", result.output), result.output
+    ran = junit_items(ws, PYTEST_LABEL, 3)
+    assert ran == [(item, "passed", "") for item in PYTEST_ITEMS], ran
+    hits = 0
+    for index in range(3):
+        log = ws.test_log(PYTEST_LABEL, (index, 3))
+        # Round-robin over 7 sorted node ids: 3, 2 and 2 items; the plugin's summary is there.
+        share = 3 if index == 0 else 2
+        assert f"shard {index + 1} of 3 runs {share} of 7 test item(s)" in log, log[-3000:]
+        assert re.search(r"=+ autotune_cache =+", log), log[-3000:]
+        assert re.search(r"\d+ hits, 0 misses", log), log[-3000:]
+        report = ws.report(PYTEST_LABEL, (index, 3))
+        if report is not None:
+            assert report["misses"] == 0 and report["benchmarks"] == 0, report
+            hits += report["hits"]
+    assert hits == len(PYTEST_KERNELS)
+
+
+def test_pytest_stale_entry_fails_only_the_item_that_launched_it(workspace: Workspace) -> None:
+    """Strict mode under pytest: a stale entry fails the one item whose kernel missed, with the
+    stale-cache message and the regen hint in Bazel's test log; the other six pass."""
+    ws = workspace
+    cache = ensure_pytest_cache(ws)
+    original = cache.read_bytes()
+    entries = load_results(cache)
+    for entry in entries:
+        if entry.key.kernel == "pytest_size_3":
+            entry.key.device.name = "NVIDIA H100 80GB"
+    save_results(cache, entries)
+    try:
+        result = ws.run("test", PYTEST_LABEL, check=False)
+    finally:
+        cache.write_bytes(original)
+    assert result.returncode == 3, result.output
+    ran = junit_items(ws, PYTEST_LABEL, 3)
+    failed = [(item, message) for item, outcome, message in ran if outcome != "passed"]
+    assert [item for item, _ in failed] == ["items_test::test_sizes[3]"], ran
+    assert "MissingResultError" in failed[0][1] and "NVIDIA H100 80GB" in failed[0][1], failed
+    assert sorted(item for item, _, _ in ran) == PYTEST_ITEMS
+    logs = "\n".join(ws.test_log(PYTEST_LABEL, (i, 3)) for i in range(3))
+    assert "FAILED" in logs and "test_sizes[3]" in logs and "stale" in logs, logs[-3000:]
+    assert f"bazel run {PYTEST_LABEL}.regen" in logs, logs[-3000:]
+
+
+def test_pytest_dump_refuses_forced_shards(workspace: Workspace) -> None:
+    """A pytest `.dump` is never sharded either (the env that forced sharding gives it, as in
+    test_bazel_examples.py: Bazel 4.2.3 has no --test_sharding_strategy=forced=K)."""
+    label = f"{PYTEST_LABEL}.dump"
+    result = workspace.run("test", label, "--run_under=env TEST_TOTAL_SHARDS=3 TEST_SHARD_INDEX=1",
+                           check=False)
+    assert result.returncode == 3, result.output
+    log = workspace.test_log(label)
+    assert f"autotune dump: {label} is running as shard 1 of 3" in log, log[-2000:]

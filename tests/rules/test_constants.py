@@ -67,6 +67,7 @@ PAIRS = [
     ("DUMP_TARGET_ENV", WRAPPER.DUMP_TARGET_ENV, "rules/private/rules_autotune_test_wrapper.py"),
     ("SHARD_TEST_CASES_ENV", WRAPPER.SHARD_TEST_CASES_ENV,
      "rules/private/rules_autotune_test_wrapper.py"),
+    ("RUNNER_ENV", WRAPPER.RUNNER_ENV, "rules/private/rules_autotune_test_wrapper.py"),
     ("REGEN_HINT_ENV", library_flags.REGEN_HINT_ENV, "autotune_cache/flags.py"),
     ("AUTOTUNE_FLAGS_ENV", library_flags.ENV_VAR, "autotune_cache/flags.py"),
     ("WORKSPACE_PREFIX", library_flags.WORKSPACE_PREFIX, "autotune_cache/flags.py"),

@@ -255,3 +255,107 @@ def test_user_main_gets_its_runfiles_directory_not_the_source_tree(
         assert first not in (str(runfiles), str(source), str(TEST_MAIN.parent))
     else:
         assert first == str(runfiles)
+
+
+# --- runner = "pytest" ---------------------------------------------------------------------------
+
+PYTEST_MAIN = '''
+"""Five items in pytest's style (no __main__): each records its node id."""
+import os
+
+import pytest
+
+
+def _record(request):
+    with open(os.environ["RAN_FILE"], "a") as f:
+        f.write(request.node.nodeid.split("::", 1)[1] + "\\n")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_sizes(request, n):
+    _record(request)
+
+
+def test_plain(request):
+    _record(request)
+
+
+class TestGroup:
+    def test_in_class(self, request):
+        _record(request)
+        assert os.environ.get("FAIL_IN_CLASS") != "1", "asked to fail"
+'''
+
+PYTEST_ITEMS = sorted(["test_sizes[1]", "test_sizes[2]", "test_sizes[3]", "test_plain",
+                       "TestGroup::test_in_class"])
+PYTEST_ENV = {"AUTOTUNE_TEST_RUNNER": "pytest", "PYTHONPATH": str(REPO)}
+
+
+def test_pytest_items_are_dealt_round_robin_by_node_id() -> None:
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    items = [Item(n) for n in ("t.py::c", "t.py::a", "t.py::e", "t.py::b", "t.py::d")]
+    shares = [test_main.shard_items(items, index, 3) for index in range(3)]
+    assert [[i.nodeid for i in mine] for mine, _ in shares] == [
+        ["t.py::a", "t.py::d"], ["t.py::e", "t.py::b"], ["t.py::c"]]  # pytest's order kept
+    assert all(len(mine) + len(rest) == 5 for mine, rest in shares)
+
+
+def test_pytest_args_follow_the_bazel_test_environment() -> None:
+    env = {"XML_OUTPUT_FILE": "/out/test.xml", "TEST_TMPDIR": "/tmp/t",
+           "TESTBRIDGE_TEST_ONLY": "sizes", "TESTBRIDGE_TEST_RUNNER_FAIL_FAST": "1"}
+    args = test_main.pytest_args(Path("pkg/t_test.py"), env, ["-v"], ["--autotune-load=c.pb"])
+    assert args[:4] == ["pkg/t_test.py", "-p", "autotune_cache.pytest_plugin",
+                        "--autotune-load=c.pb"]
+    for expected in ("--junitxml=/out/test.xml", "--basetemp=/tmp/t/pytest", "--exitfirst",
+                     "no:cacheprovider"):
+        assert expected in args, args
+    assert args[args.index("-k") + 1] == "sizes"
+    assert args[-1] == "-v"  # the target's `args` come last, so they may override
+    bare = test_main.pytest_args(Path("t.py"), {}, [], [])
+    assert not any(a.startswith(("--junitxml", "--basetemp", "--exitfirst", "-k")) for a in bare)
+
+
+def test_pytest_file_runs_every_item_once_over_the_shards(tmp_path: Path) -> None:
+    ran, codes, stderr = _run_shards(tmp_path, PYTEST_MAIN, extra_env=PYTEST_ENV)
+    assert codes == [0, 0, 0], stderr
+    assert sorted(ran) == PYTEST_ITEMS, ran
+    assert "shard 1 of 3 runs 2 of 5 test item(s)" in stderr, stderr
+    assert "PytestAssertRewriteWarning" not in stderr
+
+
+def test_pytest_empty_shard_passes_and_a_failure_fails_its_shard(tmp_path: Path) -> None:
+    ran, codes, stderr = _run_shards(tmp_path, PYTEST_MAIN, total=6,
+                                     extra_env={**PYTEST_ENV, "FAIL_IN_CLASS": "1"})
+    assert sorted(ran) == PYTEST_ITEMS, ran
+    # Sorted ids: TestGroup::test_in_class is first, so shard 1 fails; shard 6 is empty and
+    # passes.
+    assert codes == [1, 0, 0, 0, 0, 0], stderr
+    assert "this shard has no test items" in stderr
+
+
+def test_pytest_file_without_sharding_runs_everything(tmp_path: Path) -> None:
+    main = tmp_path / "user_test.py"
+    main.write_text(textwrap.dedent(PYTEST_MAIN))
+    ran = tmp_path / "ran.txt"
+    xml = tmp_path / "test.xml"
+    env = {**os.environ, **PYTEST_ENV, "AUTOTUNE_TEST_MAIN": str(main), "RAN_FILE": str(ran),
+           "XML_OUTPUT_FILE": str(xml), "TEST_TMPDIR": str(tmp_path / "tmp")}
+    done = subprocess.run([sys.executable, str(TEST_MAIN)], env=env, capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(ran.read_text().split()) == PYTEST_ITEMS
+    assert xml.read_text().count("<testcase ") == 5
+    assert "5 passed" in done.stdout
+
+
+def test_pytest_without_the_wrappers_split_must_claim_sharding(tmp_path: Path) -> None:
+    """shard_test_cases = False: items are not dealt out, and a shard whose tests never touch
+    TEST_SHARD_STATUS_FILE fails, naming the attribute."""
+    ran, codes, stderr = _run_shards(tmp_path, PYTEST_MAIN, total=2,
+                                     extra_env={**PYTEST_ENV, "AUTOTUNE_SHARD_TEST_CASES": "0"})
+    assert sorted(ran) == sorted(PYTEST_ITEMS * 2), ran  # every shard ran everything
+    assert codes == [2, 2], stderr
+    assert 'runner = "pytest" and shard_test_cases = False' in stderr, stderr
