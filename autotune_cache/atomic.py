@@ -29,7 +29,17 @@ def current_umask() -> int:
 
 
 def write_atomic(target: Path, data: bytes) -> None:
-    """Replace `target` with `data` in one step: temp file, flush, fsync, rename."""
+    """Replace `target` with `data` in one step: temp file, flush, fsync, rename. An OSError
+    names `target` (a failed write() alone names no file: `[Errno 28] No space left`)."""
+    try:
+        _write_atomic(target, data)
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(target)) from e
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
     tmp = temp_name(target)
     # 0o666 minus the umask, like any plain open(): a shared cache never locks out its users.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

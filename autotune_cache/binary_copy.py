@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 import time
 import zlib
 from collections.abc import Iterator
@@ -43,13 +44,16 @@ from google.protobuf import message
 
 from autotune_cache import env
 from autotune_cache.atomic import write_atomic
+from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import (
     MAX_FILE_BYTES,
     is_text_path,
     parse_results,
+    read_capped,
     read_results_file,
 )
 from autotune_cache.key import CacheKey
+from autotune_cache.limits import MAX_TEXT_BYTES
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.proto import binary_copy_pb2
 
@@ -143,10 +147,10 @@ class LoadedFile:
 
 def _read_copy(path: Path, source_sha: str, copy: Path) -> LoadedFile | None:
     try:
-        data = copy.read_bytes()
+        data = read_capped(copy)  # a regular file only, bounded (safeio)
     except FileNotFoundError:
         return None
-    except OSError as e:
+    except (CorruptFileError, OSError) as e:
         log.debug("autotune_cache: cannot read the binary copy %s of %s: %s", copy, path, e)
         return None
     msg = binary_copy_pb2.BinaryCopy()
@@ -219,6 +223,26 @@ def make_copy(path: Path | str, directory: Path | str) -> Path:
     return copy
 
 
+def _hash_regular_file(path: Path, kind: str) -> str:
+    """Hex SHA-256 of `path` read in chunks, or "" when it gets no copy: not a regular file
+    (opened without blocking, so a FIFO never hangs us), under MIN_BYTES, over the read cap of
+    its kind (formats.read_capped: a copy never lets in a file that could not be read as itself),
+    or unreadable. read_results_file then says what is wrong, if anything."""
+    cap = min(MAX_TEXT_BYTES, MAX_FILE_BYTES) if kind == "text" else MAX_FILE_BYTES
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not MIN_BYTES <= info.st_size <= cap:
+            return ""
+        try:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            return ""
+
+
 def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     """Load one results file (text or binary by its extension), through its binary copy when
     the file is large and a valid copy exists; writes the copy when it does not.
@@ -230,21 +254,11 @@ def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     directory = copy_dir() if use_copy else None
     kind = "text" if is_text_path(path) else "binary"
     if directory is not None:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            size = -1  # read_results_file below says what is wrong
-        if MIN_BYTES <= size <= MAX_FILE_BYTES:
-            try:
-                with open(path, "rb") as f:
-                    source_sha = hashlib.file_digest(f, "sha256").hexdigest()
-            except OSError:
-                source_sha = ""
-            if source_sha:
-                loaded = _read_copy(path, source_sha, directory / f"{source_sha}-{kind}"
-                                                                  f"{COPY_SUFFIX}")
-                if loaded is not None:
-                    return loaded
+        source_sha = _hash_regular_file(path, kind)
+        if source_sha:
+            loaded = _read_copy(path, source_sha, directory / f"{source_sha}-{kind}{COPY_SUFFIX}")
+            if loaded is not None:
+                return loaded
     data = read_results_file(path)
     loaded = _parse_file(path, data)
     if directory is not None and len(data) >= MIN_BYTES:

@@ -6,21 +6,34 @@ import atexit
 import contextlib
 import logging
 import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from autotune_cache import env
 from autotune_cache.dirstore import DirectoryStore
-from autotune_cache.errors import CacheDirError, DumpShardingError, MissingResultError
+from autotune_cache.dumpfile import DumpFile
+from autotune_cache.errors import (
+    AutotuneCacheError,
+    CacheDirError,
+    DumpShardingError,
+    MissingResultError,
+)
 from autotune_cache.flags import Settings, regen_hint, settings_from_env
-from autotune_cache.formats import Keyed, save_keyed
+from autotune_cache.formats import Keyed
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.stats import Stats
 from autotune_cache.tiers import DirectoryTier, Found, MemoryTier, Tier, build_tiers
+from autotune_cache.tiers.memory import THIS_PROCESS
+from autotune_cache.validate import entry_problem, warn_damaged
+
+# add_listener's callback: (key, the hit or None, the strict-mode error or None).
+LookupListener = Callable[[CacheKey, "pb.Entry | None", "MissingResultError | None"], None]
 
 log = logging.getLogger("autotune_cache")
+
 
 def _check_writable_parent(path: Path, flag: str) -> None:
     """Fail at startup, naming the flag, when `path` could never be written."""
@@ -50,6 +63,7 @@ class Cache:
         self._lock = threading.RLock()
         self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
+        self._listeners: list[LookupListener] = []
         if self.settings.dump_to and (shards := env.total_shards()) > 1:
             raise DumpShardingError(
                 f"--dump_autotune_results_to={self.settings.dump_to}: this test runs in "
@@ -58,12 +72,25 @@ class Cache:
                 "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
                 "force shards on it)."
             )
+        self._dump = None
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
+            self._dump = DumpFile(self.settings.dump_to)
         self.tiers: list[Tier] = build_tiers(self.settings)
         memory = self.tiers[0]
         assert isinstance(memory, MemoryTier)
         self.memory = memory
+
+    def add_listener(self, listener: LookupListener) -> None:
+        """Call `listener(key, entry, error)` after every lookup: `entry` is the hit (None on a
+        miss), `error` the MissingResultError about to be raised under require_complete (else
+        None). The pytest plugin attributes misses to tests this way. A listener must not raise."""
+        self._listeners.append(listener)
+
+    def _tell(self, key: CacheKey, entry: pb.Entry | None,
+              error: MissingResultError | None = None) -> None:
+        for listener in self._listeners:
+            listener(key, entry, error)
 
     @property
     def store(self) -> DirectoryStore | None:
@@ -78,10 +105,22 @@ class Cache:
 
     # ----- lookups -------------------------------------------------------------------------
 
-    def _find(self, key: CacheKey) -> Found | None:
+    def _usable(self, found: Found, key: CacheKey,
+                candidates: Iterable[pb.Config] | None) -> bool:
+        """Whether an entry found in a tier may be used for `key` (validate.py); a damaged one
+        is warned about once, naming where it came from, and counts as a miss."""
+        if found.origin == THIS_PROCESS:
+            return True
+        problem = entry_problem(found.entry, key, candidates)
+        if problem is None:
+            return True
+        warn_damaged(found.origin, problem)
+        return False
+
+    def _find(self, key: CacheKey, candidates: Iterable[pb.Config] | None) -> Found | None:
         for i, tier in enumerate(self.tiers):
             found = tier.get(key)
-            if found is not None:
+            if found is not None and self._usable(found, key, candidates):
                 # Keep a copy in the shared tiers before this one for the next process.
                 for earlier in self.tiers[:i]:
                     if earlier.shared and earlier.writable:
@@ -89,15 +128,21 @@ class Cache:
                 return found
         return None
 
-    def lookup(self, key: CacheKey) -> pb.Entry | None:
-        """The recorded entry for `key`, or None on a miss (an error under require_complete)."""
+    def lookup(self, key: CacheKey, candidates: Iterable[pb.Config] | None = None
+               ) -> pb.Entry | None:
+        """The recorded entry for `key`, or None on a miss (an error under require_complete).
+
+        `candidates`: the kernel's candidate configs (as recorded, config_to_proto). When given,
+        an entry whose winner is not one of them is damaged (a miss), whatever tier holds it."""
+        candidates = None if candidates is None else list(candidates)
         with self._lock:
             in_memory = self.memory.in_memory(key)
-            found = self._find(key)
+            found = self._find(key, candidates)
             if found is not None:
                 self.stats.hit(0.0 if in_memory else found.entry.result.tuning_seconds)
                 self.memory.remember(found)
                 self._mark_used(found.key, found.entry)
+                self._tell(key, found.entry)
                 return found.entry
             near = self.near_misses(key)
             # Entries that differ only in the candidate list are not stale: their timings are
@@ -113,14 +158,20 @@ class Cache:
                 log.info("autotune_cache: candidate list of %s changed; re-tuning only the new "
                          "candidates", key.describe())
             if self.settings.require_complete:
-                raise MissingResultError(self.missing_message(key, near))
+                error = MissingResultError(self.missing_message(key, near))
+                self._tell(key, None, error)
+                raise error
+            self._tell(key, None)
             return None
 
-    def refresh(self, key: CacheKey) -> pb.Entry | None:
+    def refresh(self, key: CacheKey, candidates: Iterable[pb.Config] | None = None
+                ) -> pb.Entry | None:
         """Re-read the shared tiers (directory, remote) for `key`, after waiting for another
-        process's tuning of it."""
+        process's tuning of it; `candidates` as for lookup()."""
+        candidates = None if candidates is None else list(candidates)
         with self._lock:
-            found = next((f for t in self._shared() if (f := t.get(key)) is not None), None)
+            found = next((f for t in self._shared() if (f := t.get(key)) is not None
+                          and self._usable(f, key, candidates)), None)
             if found is None:
                 return None
             self.memory.remember(found)
@@ -136,6 +187,8 @@ class Cache:
                 k = found.key
                 if k.kernel != key.kernel or k.problem != key.problem or k.digest() in seen:
                     continue
+                if found.origin != THIS_PROCESS and entry_problem(found.entry, k) is not None:
+                    continue  # a damaged entry lends neither a near miss nor timings
                 seen.add(k.digest())
                 yield found
 
@@ -196,16 +249,11 @@ class Cache:
             self._dump_dirty = True
 
     def flush_dump(self) -> None:
-        """Write the dump file now if it has changed since it was last written."""
+        """Merge this process's entries into the dump file now if they changed since the last
+        write (dumpfile.py: several processes may dump to one file)."""
         with self._lock:
-            if self.settings.dump_to is not None and self._dump_dirty:
-                try:
-                    save_keyed(self.settings.dump_to, self._used.values())
-                except OSError as e:
-                    raise CacheDirError(
-                        f"--dump_autotune_results_to={self.settings.dump_to}: cannot write the "
-                        f"dump ({e.strerror or e}); point the flag at a writable path."
-                    ) from e
+            if self._dump is not None and self._dump_dirty:
+                self._dump.write(self._used.values())
                 self._dump_dirty = False
 
     def close(self) -> None:
@@ -235,8 +283,20 @@ _atexit_registered = False
 
 
 def _at_exit() -> None:
-    if _cache is not None:
+    """Write the dump at exit; a dump that cannot be written fails the process (exit status 1),
+    since an exception in an atexit callback would only be printed and ignored."""
+    if _cache is None:
+        return
+    try:
         _cache.close()
+    except Exception as e:  # noqa: BLE001 - any failure here must fail the process, by name
+        text = str(e) if isinstance(e, (AutotuneCacheError, OSError)) else (
+            f"writing the dump at exit failed ({type(e).__name__}: {e})")
+        print(f"autotune_cache: {text}", file=sys.stderr)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _install(settings: Settings) -> Cache:

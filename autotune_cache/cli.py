@@ -68,9 +68,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     rs = load_any(args.src)
+    problems = rs.problems()
+    for problem in problems:
+        print(f"convert: skipped damaged: {problem}", file=sys.stderr)
+    into_dir = is_directory_path(args.dst)
+    before: set[str] = set()
+    if into_dir and args.dst.is_dir() and any(args.dst.iterdir()):
+        before = {r.id for r in load_any(args.dst).rows()}
     rs.save(args.dst)
-    kind = "directory" if is_directory_path(args.dst) else "file"
+    kind = "directory" if into_dir else "file"
     print(f"wrote {len(rs.rows())} entries from {args.src} to {kind} {args.dst}")
+    if before:
+        replaced = len(before & {r.id for r in rs.rows()})
+        print(f"convert: {args.dst} already held {len(before)} entries; the converted entries "
+              f"were added to them ({replaced} replaced)", file=sys.stderr)
+    if problems:
+        print(f"convert: {len(problems)} damaged entries of {args.src} were not converted "
+              "(see above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -86,7 +101,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    a, b = load_any(args.a).rows(), load_any(args.b).rows()
+    set_a, set_b = load_any(args.a), load_any(args.b)
+    if set_a.format_name != set_b.format_name:
+        raise AutotuneCacheError(
+            f"diff: {args.a} is in the {set_a.format_name} format and {args.b} in the "
+            f"{set_b.format_name} format, whose entries cannot be compared; convert one to the "
+            "other's format first (`autotune-cache convert`)")
+    a, b = set_a.rows(), set_b.rows()
     added, removed, changed = diff_rows(a, b)
     old = {r.id: r for r in a}
     for sign, rows in (("+", added), ("-", removed)):
@@ -193,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="parse, check versions, report damaged files")
     s.add_argument("paths", nargs="+", type=Path)
     s.set_defaults(func=cmd_verify)
+    from autotune_cache.report.cli import add_report_parser  # matplotlib is imported only on use
+
+    add_report_parser(sub)
     return p
 
 

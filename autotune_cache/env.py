@@ -29,6 +29,8 @@ import os
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
+from autotune_cache.errors import FlagError
+
 AUTOTUNE_FLAGS = "AUTOTUNE_FLAGS"
 AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
@@ -98,8 +100,15 @@ def bench_lock_dir() -> Path | None:
 
 
 def total_shards() -> int:
-    """$TEST_TOTAL_SHARDS as Bazel sets it; 1 when unset or empty."""
-    return int(get(TEST_TOTAL_SHARDS, "1") or 1)
+    """$TEST_TOTAL_SHARDS as Bazel sets it; 1 when unset or empty; FlagError when it is not a
+    whole number."""
+    value = get(TEST_TOTAL_SHARDS, "1").strip() or "1"
+    try:
+        return int(value)
+    except ValueError:
+        raise FlagError(
+            f"{TEST_TOTAL_SHARDS}={value}: not a whole number. Bazel sets it to the test's shard "
+            "count; unset it, or set it to a number.") from None
 
 
 def undeclared_outputs_dir() -> Path | None:

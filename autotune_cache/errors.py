@@ -33,3 +33,8 @@ class MissingResultError(AutotuneCacheError, LookupError):
 
 class DumpShardingError(AutotuneCacheError):
     """A dump run was sharded, so no process would see every result."""
+
+
+class LockError(AutotuneCacheError, OSError):
+    """A cross-process lock cannot be taken safely (a planted link, an untrusted or unwritable
+    lock directory, a vulnerable filelock); callers tune without it and say so."""

@@ -46,6 +46,8 @@ class Settings:
                 f"--autotune_cache_mode={self.cache_mode}: must be 'update' or 'read'.\n"
                 + valid_flags_text()
             )
+        if self.remote_cache:
+            _redis_url("autotune_remote_cache", self.remote_cache)
         if self.remote_compile_cache and not self.remote_cache:
             raise FlagError(
                 "--autotune_remote_compile_cache needs --autotune_remote_cache=redis://HOST:PORT"
@@ -109,6 +111,35 @@ def _parse_int(flag: str, value: str | None) -> int:
         ) from None
 
 
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _redis_url(flag: str, value: str) -> str:
+    """`value` when it is a Redis URL redis-py reads as meant; FlagError otherwise (redis-py
+    would silently use database 0 for `redis://h:p/notadb`)."""
+    from urllib.parse import urlsplit
+
+    usage = ("use redis://HOST:PORT[/DB] (rediss:// for TLS, unix:///path/to/socket), or leave "
+             "the flag out to run without the remote tier")
+    if not value.strip():
+        raise FlagError(f"--{flag}= is empty; {usage}.")
+    try:
+        url = urlsplit(value)
+        _port = url.port  # a port that is not a number raises ValueError
+    except ValueError as e:
+        raise FlagError(f"--{flag}={value}: not a Redis URL ({e}); {usage}.") from None
+    if url.scheme not in _REDIS_SCHEMES:
+        raise FlagError(f"--{flag}={value}: scheme {url.scheme or '(none)'!r} is not a Redis "
+                        f"scheme; {usage}.")
+    if url.scheme != "unix":
+        if not url.hostname:
+            raise FlagError(f"--{flag}={value}: names no host; {usage}.")
+        db = url.path.lstrip("/")
+        if db and not db.isdigit():
+            raise FlagError(f"--{flag}={value}: database {db!r} is not a number; {usage}.")
+    return value
+
+
 def _need(flag: str, value: str | None) -> str:
     if value is None:
         raise FlagError(f"--{flag} needs a value: --{flag}=VALUE.\n" + valid_flags_text())
@@ -138,7 +169,7 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _parse_bool(f, v)),
     _Flag("autotune_remote_cache", "remote_cache",
           "redis://HOST:PORT[/DB]  shared remote tier on a Redis server",
-          lambda f, v, env: _need(f, v)),
+          lambda f, v, env: _redis_url(f, _need(f, v))),
     _Flag("autotune_remote_compile_cache", "remote_compile_cache",
           "[=true|false]  share Triton's compiled kernels on the --autotune_remote_cache server",
           lambda f, v, env: _parse_bool(f, v)),
@@ -166,6 +197,7 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
     except ValueError as e:
         raise FlagError(f"{ENV_VAR}={text!r}: cannot split into flags ({e})") from None
     values: dict[str, object] = {}
+    given: dict[str, str] = {}
     for token in tokens:
         if not token.startswith("--"):
             raise FlagError(
@@ -176,7 +208,17 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
         flag = _BY_NAME.get(name)
         if flag is None:
             raise FlagError(f"{ENV_VAR}: unknown flag --{name}.\n" + valid_flags_text())
-        values[flag.field] = flag.parse(name, value if eq else None, env)
+        parsed = flag.parse(name, value if eq else None, env)
+        if flag.field == "load_from":
+            # Repeating the load flag loads every file, in order (the last wins on a key).
+            values[flag.field] = (*values.get(flag.field, ()), *parsed)  # type: ignore[misc]
+            continue
+        if flag.field in values and values[flag.field] != parsed:
+            raise FlagError(
+                f"{ENV_VAR}: --{name} is given twice, as {given[flag.field]!r} and {token!r}; "
+                "give it once.")
+        given[flag.field] = token
+        values[flag.field] = parsed
     return Settings(**values)  # type: ignore[arg-type]
 
 

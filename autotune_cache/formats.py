@@ -12,7 +12,9 @@ from google.protobuf import message, text_format
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.key import CacheKey
+from autotune_cache.limits import MAX_BINARY_BYTES, MAX_TEXT_BYTES, text_budget_problem
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.safeio import read_regular
 
 M = TypeVar("M", bound=message.Message)
 
@@ -25,8 +27,9 @@ TEXT_EXTENSIONS = (".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt")
 # Extensions of results files whose own parse error is the best message for an unknown file.
 RESULTS_EXTENSIONS = (*TEXT_EXTENSIONS, ".pb", ".binpb", "")
 
-# Reads larger than this are refused, so a hostile or runaway file cannot exhaust memory.
-MAX_FILE_BYTES = 256 * 1024 * 1024
+# Reads larger than this are refused, so a hostile or runaway file cannot exhaust memory (text
+# files have lower caps: limits.py).
+MAX_FILE_BYTES = MAX_BINARY_BYTES
 
 
 def is_text_suffix(suffix: str) -> bool:
@@ -39,16 +42,20 @@ def is_text_path(path: Path | str) -> bool:
     return is_text_suffix(Path(path).suffix)
 
 
-def read_capped(path: Path, limit: int | None = None) -> bytes:
-    """Read a whole file, refusing files larger than `limit` (default MAX_FILE_BYTES) bytes."""
-    limit = MAX_FILE_BYTES if limit is None else limit
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise CorruptFileError(
-            f"{path}: larger than the {limit:,}-byte limit for autotune results; "
-            "is this really a results file? Split it or prune it with `autotune-cache prune`."
-        )
+def read_capped(path: Path | str, limit: int | None = None, *,
+                follow_symlinks: bool = True) -> bytes:
+    """Read a whole regular file without blocking (safeio.read_regular), refusing files over
+    `limit` bytes; the default limit, and a cap on escapes, follow the extension (limits.py).
+    `follow_symlinks=False` for entries of a shared directory."""
+    text = is_text_path(path)
+    if limit is None:
+        limit = min(MAX_TEXT_BYTES, MAX_FILE_BYTES) if text else MAX_FILE_BYTES
+    hint = ("Convert big results files to binary (`autotune-cache convert FILE.textproto "
+            "FILE.pb`), or prune them." if text else "Split it or prune it with "
+            "`autotune-cache prune`.")
+    data = read_regular(path, limit, follow_symlinks=follow_symlinks, hint=hint)
+    if text and (problem := text_budget_problem(data)) is not None:
+        raise CorruptFileError(f"{path}: {problem}. {hint}")
     return data
 
 
@@ -87,7 +94,28 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
 _TEXT_VERSION = re.compile(rb"^\s*version\s*:\s*(\d+)", re.MULTILINE)
 
 
-def _version_error(path: Path | str, version: int) -> VersionMismatchError:
+# Top-level fields of XLA's results files (AutotuneResults `results`, AutotuneCache `entries` with
+# `target`/`hlo_fingerprint` keys), for telling such a file from one of ours.
+_XLA_SIGNS = (b"results {", b"hlo_fingerprint", b"codegen_version", b"autotune_result",
+              b"optimal_config", b"hlo:")
+
+
+def _looks_like_xla(data: bytes) -> bool:
+    return any(sign in data[:65536] for sign in _XLA_SIGNS)
+
+
+def _version_error(path: Path | str, version: int, data: bytes = b"") -> VersionMismatchError:
+    if _looks_like_xla(data):
+        return VersionMismatchError(
+            f"{path}: is an XLA autotune results file (XLA's own format, version {version}), "
+            "not an autotune_cache one. Load it into XLA with "
+            "--xla_gpu_load_autotune_results_from (XLA_FLAGS), or inspect it with "
+            "`autotune-cache inspect`.")
+    if version == 0:
+        return VersionMismatchError(
+            f"{path}: has no `version: {FORMAT_VERSION}` line, which every autotune_cache "
+            "results file has; it was cut short or written by hand. Add the line, or "
+            "regenerate the file with --dump_autotune_results_to.")
     return VersionMismatchError(
         f"{path}: results file has version {version}, but this autotune_cache reads version "
         f"{FORMAT_VERSION}. Regenerate the file with this version, or use the autotune_cache "
@@ -110,14 +138,29 @@ def parse_results(
         # A newer schema may add fields this release cannot parse: name the versions instead.
         found = _TEXT_VERSION.search(data) if text else None
         if found and int(found.group(1)) != FORMAT_VERSION:
-            raise _version_error(path, int(found.group(1))) from None
+            raise _version_error(path, int(found.group(1)), data) from None
+        if text and not found and _looks_like_xla(data):
+            raise _version_error(path, 0, data) from None
         raise
     if msg.version != FORMAT_VERSION:
-        raise _version_error(path, msg.version)
+        raise _version_error(path, msg.version, data)
+    unknown = _unknown_top_level_fields(msg)
+    if unknown:
+        raise CorruptFileError(
+            f"{path}: is not an autotune_cache results file (it has protobuf field numbers "
+            f"{unknown} that the format does not have: another kind of protobuf message?). "
+            "Give a file written by --dump_autotune_results_to or `autotune-cache convert`.")
     for i, entry in enumerate(msg.entries):
         if not entry.key.kernel:
             raise CorruptFileError(f"{path}: entry {i} has no key.kernel; the file is damaged.")
     return msg
+
+
+def _unknown_top_level_fields(msg: message.Message) -> list[int]:
+    """Field numbers of `msg` that its schema lacks (a foreign message parsed as ours)."""
+    from google.protobuf import unknown_fields
+
+    return sorted({f.field_number for f in unknown_fields.UnknownFieldSet(msg)})
 
 
 def load_results(path: Path | str) -> list[pb.Entry]:
@@ -129,6 +172,10 @@ def load_results(path: Path | str) -> list[pb.Entry]:
 def read_results_file(path: Path) -> bytes:
     """The bytes of a results file given to load, with messages for a missing path or a
     directory."""
+    if path.is_dir():
+        raise CorruptFileError(
+            f"{path}: is a directory; pass a results file, or use --autotune_cache_dir for a "
+            "cache directory.")
     try:
         return read_capped(path)
     except FileNotFoundError as e:
@@ -144,6 +191,19 @@ def read_results_file(path: Path) -> bytes:
 
 
 Keyed = tuple[CacheKey, pb.Entry]
+
+
+def duplicate_keys(entries: Iterable[pb.Entry]) -> list[str]:
+    """One line per key that more than one of `entries` holds (only the last would be used)."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, entry in enumerate(entries):
+        key = CacheKey.from_proto(entry.key)
+        first = seen.setdefault(key.digest(), i)
+        if first != i:
+            out.append(f"entries {first} and {i} have the same key ({key.describe()}); only "
+                       "the last is used")
+    return out
 
 
 def keyed(entries: Iterable[pb.Entry]) -> Iterator[Keyed]:

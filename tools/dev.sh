@@ -7,7 +7,8 @@
 # test   runs lint and the whole test suite (unit, Triton, stress, fuzz, real-Bazel integration),
 #        then the Triton tests again with the newest Triton release (version matrix); prints
 #        each stage's time.
-# demo   tunes the example kernels, dumps a cache, reloads it and prints hit statistics.
+# demo   tunes the example kernels, dumps a cache, reloads it and prints hit statistics; then runs
+#        the Bazel ruleset's cycle on Bazel 4.2.3 in a scratch copy of e2e/workspace.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,7 +63,7 @@ setup() {
 lint() {
   "$PY" -m ruff check "$ROOT"
   mapfile -t starlark < <(cd "$ROOT" && git ls-files --cached --others --exclude-standard \
-    '*.bzl' '*.bazel' 'WORKSPACE' '*/WORKSPACE' 'MODULE.bazel' | sort -u)
+    '*.bzl' '*.bazel' 'WORKSPACE' '*/WORKSPACE' 'MODULE.bazel' '*/MODULE.bazel' | sort -u)
   if [ ${#starlark[@]} -gt 0 ]; then
     (cd "$ROOT" && buildifier -mode=check -lint=warn "${starlark[@]}")
   fi

@@ -8,6 +8,7 @@ runfiles, with the outputs landing in bazel-testlogs. Standard library only.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -17,12 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Kept in sync with rules/private/autotuned_py_test.bzl and rules/private/flags.bzl.
+# The names rules/private/constants.bzl and dump_test.bzl give the macro's targets;
+# tests/rules/test_constants.py fails when they differ.
 AUTOTUNED_TAG = "autotuned"
 DUMP_TAG = "autotune_dump"
 CACHE_PATH_TAG_PREFIX = "autotune_cache_path="
+BACKEND_TAG_PREFIX = "autotune_backend="
 DUMP_FILE_NAME = "autotune_cache.textproto"
-DUMP_SUFFIX = ".dump"
+DUMP_TARGET_SUFFIX = ".dump"
+
+# `bazel test` flags that find_dump_targets does not pass to `bazel query`.
+QUERY_IGNORED_FLAG_PREFIXES = ("--remote_", "--jobs", "-j", "--local_test_jobs")
+
+# Bazel's exit code when --keep_going let a command finish with some errors (partial results).
+BAZEL_PARTIAL_SUCCESS = 3
 
 _WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel", "REPO.bazel")
 
@@ -63,7 +72,7 @@ def find_workspace(env: Mapping[str, str], cwd: Path) -> Path:
 
 
 def normalize_label(label: str) -> str:
-    """Drops the main-repository prefix ("@//", "@@//") that newer Bazels print."""
+    """Drops the main-repository prefix ("@//", "@@//") that Bazel prints in some versions."""
     for prefix in ("@@//", "@//"):
         if label.startswith(prefix):
             return label[len(prefix) - 2 :]
@@ -79,17 +88,70 @@ def label_parts(label: str) -> tuple[str, str]:
     return package, name
 
 
+def label_repository(label: str) -> str:
+    """The repository a label names without "@" ("" for the main repository)."""
+    label = normalize_label(label)
+    if not label.startswith("@"):
+        return ""
+    return label.lstrip("@").split("//", 1)[0]
+
+
 @dataclass(frozen=True)
 class DumpTarget:
     """One `<name>.dump` target and the committed cache it regenerates."""
 
     label: str
     cache_path: str  # relative to the workspace root
+    backend: str = "triton"
 
     @property
     def test_label(self) -> str:
         """The load-mode test the dump belongs to."""
-        return self.label.removesuffix(DUMP_SUFFIX)
+        return self.label.removesuffix(DUMP_TARGET_SUFFIX)
+
+    @property
+    def package(self) -> str:
+        """The dump target's package."""
+        return label_parts(self.label)[0]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What `bazel query --keep_going` found, and the packages it could not load."""
+
+    stdout: str
+    broken_packages: tuple[str, ...] = ()
+
+
+# How Bazel names a package it could not load, in `query --keep_going` errors.
+_BROKEN_PACKAGE_PATTERNS = (
+    re.compile(r"error loading package '([^']*)'"),
+    re.compile(r"no such package '([^']*)'"),
+    re.compile(r"package contains errors: (\S+)"),
+    re.compile(r"ERROR: (\S+?)/BUILD(?:\.bazel)?:\d+:\d+"),
+)
+
+
+def broken_packages(stderr: str, workspace: Path) -> tuple[str, ...]:
+    """The packages a `bazel query --keep_going` reported errors in, as "//pkg" labels."""
+    found: set[str] = set()
+    for line in stderr.splitlines():
+        if "ERROR" not in line:
+            continue
+        for pattern in _BROKEN_PACKAGE_PATTERNS:
+            match = pattern.search(line)
+            if not match:
+                continue
+            name = match.group(1)
+            if name.startswith("/"):
+                try:
+                    name = str(Path(name).relative_to(workspace))
+                except ValueError:
+                    continue
+                name = "" if name == "." else name
+            found.add(name if name.startswith(("@", "//")) else "//" + name)
+            break
+    return tuple(sorted(found))
 
 
 class Bazel:
@@ -122,6 +184,34 @@ class Bazel:
                 done.returncode,
             )
         return done.stdout
+
+    def query(self, *args: str) -> Query:
+        """`bazel query --keep_going <args>`: packages that fail to load are reported, not fatal.
+
+        Raises BazelCommandError when the query failed as a whole (not exit 0 or 3).
+        """
+        argv = self.command("query", "--keep_going", *args)
+        try:
+            done = subprocess.run(
+                argv, cwd=self.workspace, capture_output=True, text=True, check=False
+            )
+        except FileNotFoundError:
+            raise RegenError(
+                f"Bazel binary {self.binary!r} not found; pass --bazel=PATH (bazel or bazelisk)."
+            ) from None
+        if done.returncode not in (0, BAZEL_PARTIAL_SUCCESS):
+            raise BazelCommandError(
+                f"`{' '.join(argv)}` failed (exit {done.returncode}) in {self.workspace}:\n"
+                f"{done.stderr.strip()}",
+                done.returncode,
+            )
+        if not done.returncode:
+            return Query(done.stdout)
+        # Bazel's own errors, so that "see above" in the summary points somewhere.
+        sys.stderr.write(done.stderr)
+        broken = broken_packages(done.stderr, self.workspace)
+        return Query(done.stdout, broken or ("(a package Bazel did not name; see its errors "
+                                             "above)",))
 
     def stream(self, verb: str, *args: str) -> int:
         """Runs a command with Bazel's own progress output on our stderr; returns its exit code."""
@@ -167,15 +257,49 @@ def parse_dump_targets(query_xml: str) -> list[DumpTarget]:
                 f"{label}: expected one '{CACHE_PATH_TAG_PREFIX}...' tag (set by "
                 f"autotuned_py_test), found {len(paths)}; regenerate its BUILD file with the macro."
             )
-        found[label] = DumpTarget(label=label, cache_path=paths[0])
+        backends = [t[len(BACKEND_TAG_PREFIX):] for t in tags if t.startswith(BACKEND_TAG_PREFIX)]
+        found[label] = DumpTarget(label=label, cache_path=paths[0],
+                                  backend=backends[0] if backends else "triton")
     return [found[label] for label in sorted(found)]
+
+
+@dataclass(frozen=True)
+class Found:
+    """The dump targets to run, and the packages whose targets could not be looked at."""
+
+    targets: list[DumpTarget]
+    broken_packages: tuple[str, ...] = ()
+
+
+def check_main_repository(targets: Sequence[DumpTarget]) -> None:
+    """Refuses dumps of another repository, in one sentence that says why and what to do."""
+    for target in targets:
+        repository = label_repository(target.label)
+        if repository:
+            in_repository = target.test_label.split("//", 1)[1]
+            raise RegenError(
+                f"{target.label} belongs to repository @{repository}, and regen_cache writes "
+                "caches only into the main workspace's source tree ($BUILD_WORKSPACE_DIRECTORY), "
+                f"not into @{repository}'s; run the regen from a checkout of that repository "
+                f"as its main workspace (`bazel run //{in_repository}.regen` there)."
+            )
+
+
+def cache_path_regex(cache_path: str) -> str:
+    """A tags regex matching exactly the CACHE_PATH_TAG_PREFIX tag of `cache_path`."""
+    return tag_regex(re.escape(CACHE_PATH_TAG_PREFIX + cache_path))
 
 
 def find_dump_targets(
     bazel: Bazel, patterns: Sequence[str], flags: Sequence[str] = ()
-) -> list[DumpTarget]:
+) -> Found:
     """The dump targets for `patterns`: dumps they name, plus the dumps of autotuned tests
-    they name. With no pattern: every autotuned test in the workspace (`//...`).
+    they name, plus every other dump that writes the same cache file (a cache shared by
+    several tests holds the union of their entries, so all of them must run). With no
+    pattern: every autotuned test in the workspace (`//...`).
+
+    Queries run with --keep_going: a package that fails to load is listed in the result
+    (`broken_packages`) and the others are still regenerated.
 
     `flags` (the user's --bazel_flag values) go to `bazel query` too, so that flags that change
     what is loaded (--override_repository, --enable_bzlmod, ...) apply to it. Many `bazel test`
@@ -184,19 +308,38 @@ def find_dump_targets(
     """
     universe = _union(patterns or ["//..."])
     tests_expression = f'attr(tags, "{tag_regex(AUTOTUNED_TAG)}", {universe})'
-    flags = list(flags)
+    # Flags about where and how many actions run mean nothing to a query (and Bazel would
+    # contact the remote executor for it).
+    flags = [flag for flag in flags if not flag.startswith(QUERY_IGNORED_FLAG_PREFIXES)]
     try:
-        tests = bazel.capture("query", *flags, tests_expression, "--output=label").split()
+        tests = bazel.query(*flags, tests_expression, "--output=label")
     except BazelCommandError as e:
         if not flags or e.returncode != BAZEL_COMMAND_LINE_ERROR:
             raise
         print(f"regen_cache: `bazel query` does not take {' '.join(flags)}; querying without "
               "--bazel_flag values (they still go to `bazel test`)", file=sys.stderr, flush=True)
         flags = []
-        tests = bazel.capture("query", tests_expression, "--output=label").split()
-    dumps_of_tests = [normalize_label(t) + DUMP_SUFFIX for t in tests]
+        tests = bazel.query(tests_expression, "--output=label")
+    broken = set(tests.broken_packages)
+    dumps_of_tests = [normalize_label(t) + DUMP_TARGET_SUFFIX for t in tests.stdout.split()]
     expression = f'attr(tags, "{tag_regex(DUMP_TAG)}", {_union([universe, *dumps_of_tests])})'
-    return parse_dump_targets(bazel.capture("query", *flags, expression, "--output=xml"))
+    dumps = bazel.query(*flags, expression, "--output=xml")
+    broken.update(dumps.broken_packages)
+    targets = parse_dump_targets(dumps.stdout)
+    check_main_repository(targets)
+    if patterns and targets:
+        # Tests sharing a cache file with the ones asked for.
+        shared = " + ".join(
+            f'attr(tags, "{cache_path_regex(path)}", //...)'
+            for path in sorted({t.cache_path for t in targets})
+        )
+        siblings = bazel.query(*flags, shared, "--output=xml")
+        broken.update(siblings.broken_packages)
+        by_label = {t.label: t for t in targets}
+        for sibling in parse_dump_targets(siblings.stdout):
+            by_label.setdefault(sibling.label, sibling)
+        targets = [by_label[label] for label in sorted(by_label)]
+    return Found(targets, tuple(sorted(broken)))
 
 
 def _bep_events(bep_json: Path) -> list[dict]:

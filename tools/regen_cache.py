@@ -11,15 +11,24 @@ How it works (docs/bazel.md has the long version):
    it starts us). On a GPU host it runs one dump per GPU at a time, each pinned to its own GPU
    with CUDA_VISIBLE_DEVICES through `--run_under` (see regen_scheduler.py); without a GPU it
    runs one dump at a time.
+   With `--bazel_flag=--remote_executor=...` or `--bazel_flag=--jobs=N` Bazel schedules the
+   dumps itself (a remote-execution GPU pool, picked by the dumps' `dump_exec_properties`).
 3. Each dump wrote `autotune_cache.textproto` into its undeclared test outputs; it is read from
-   bazel-testlogs (zipped or not) and written over the committed cache in the source tree,
-   with a per-file summary of entries added, removed, changed and retimed.
+   bazel-testlogs (zipped or not). The dumps are grouped by cache file: a file shared by several
+   tests gets the union of their entries (and is left alone when any of them failed). The
+   result is written over the committed cache in the source tree, with a per-file summary of
+   entries added, removed, changed and retimed.
+
+Queries run with --keep_going: a package that does not load is listed at the end, and every
+cache that can be regenerated is. A cache file in another package than its test that does not
+exist yet is created (empty) before the dumps run, so that the first regen can build them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -31,16 +40,27 @@ from regen_bazel import (
     RegenError,
     find_dump_targets,
     find_workspace,
+    label_parts,
     outputs_dir,
     read_dump,
     read_test_dirs,
     read_test_statuses,
 )
 from regen_diff import Change, committed_bytes, compare
-from regen_scheduler import SchedulerError, detect_gpus, make_plan, parse_gpu_flag
+from regen_scheduler import (
+    Plan,
+    SchedulerError,
+    delegated_plan,
+    delegating_flags,
+    detect_gpus,
+    make_plan,
+    parse_gpu_flag,
+)
 
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.formats import is_text_path, serialize_results
+from autotune_cache.resultsets.registry import load_any
 
 PIN_SCRIPT = Path(__file__).resolve().with_name("regen_gpu_pin.py")
 
@@ -51,9 +71,9 @@ BAZEL_TEST_RAN = (0, 3)
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one dump target's cache."""
+    """What happened to one committed cache file (written by one or several dump targets)."""
 
-    target: DumpTarget
+    targets: tuple[DumpTarget, ...]
     status: str
     change: Change | None = None
     problem: str = ""
@@ -62,6 +82,16 @@ class Outcome:
     def ok(self) -> bool:
         """Whether the cache was regenerated (or found unchanged)."""
         return self.change is not None
+
+    @property
+    def cache_path(self) -> str:
+        """The cache file, relative to the workspace root."""
+        return self.targets[0].cache_path
+
+    @property
+    def labels(self) -> str:
+        """The dump targets, for the summary."""
+        return ", ".join(t.label for t in self.targets)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -110,40 +140,121 @@ def log(message: str) -> None:
     print(f"regen_cache: {message}", file=sys.stderr, flush=True)
 
 
-def regenerate_one(
-    target: DumpTarget, status: str, test_dir: Path, workspace: Path, check: bool,
-    build_exit: int = 0,
-) -> Outcome:
-    """Reads one dump's output and writes it over the committed cache (unless `check`).
-
-    `build_exit` is the exit code of the `bazel test` run; a target without a test status after
-    a failed build is reported as such. Unreadable or unmergeable files (AutotuneCacheError)
-    and unwritable destinations become this target's failure, not the whole run's.
-    """
+def read_one(target: DumpTarget, status: str, test_dir: Path, build_exit: int) -> bytes | str:
+    """One dump's output bytes, or the reason there are none."""
     if status != "PASSED":
-        return Outcome(target, status, problem=_not_passed(status, test_dir, build_exit))
+        return _not_passed(status, test_dir, build_exit)
     try:
         dumped = read_dump(test_dir)
     except RegenError as e:
-        return Outcome(target, status, problem=str(e))
+        return str(e)
     if dumped is None:
-        return Outcome(
-            target,
-            status,
-            problem="the dump wrote no autotune_cache.textproto (did the test run any "
-            "autotuned kernel? XLA on CPU writes nothing); the committed cache is left as is",
-        )
-    destination = workspace / target.cache_path
+        return ("the dump wrote no autotune_cache.textproto (did the test run any autotuned "
+                "kernel? XLA on CPU writes nothing); the committed cache is left as is")
+    return dumped
+
+
+def union_of_dumps(dumps: list[bytes]) -> bytes:
+    """The entries of every dump of one shared cache file, as one text file (the first dump's
+    entry wins when two tests dumped the same key). One dump is returned byte for byte."""
+    if len(dumps) == 1:
+        return dumps[0]
+    with tempfile.TemporaryDirectory(prefix="regen_union_") as scratch:
+        sets = []
+        for index, data in enumerate(dumps):
+            path = Path(scratch) / f"dump{index}.textproto"
+            path.write_bytes(data)
+            sets.append(load_any(path))
+        merged = sets[0]
+        for other in sets[1:]:
+            merged = merged.merge(other, prefer_other=set())
+        out = Path(scratch) / "union.textproto"
+        merged.save(out)
+        return out.read_bytes()
+
+
+def regenerate_group(
+    targets: list[DumpTarget], results: dict[str, bytes | str], status: dict[str, str],
+    workspace: Path, check: bool, placeholder: bool = False,
+) -> Outcome:
+    """Writes the union of the dumps of one cache file over it (unless `check`).
+
+    A failed dump leaves the file alone: writing the others' entries only would drop what the
+    failed test uses. Unreadable or unmergeable files (AutotuneCacheError) and unwritable
+    destinations become this file's failure, not the whole run's. `placeholder`: the file was
+    created empty by this run, so it counts as absent.
+    """
+    group = tuple(targets)
+    overall = "PASSED" if all(status[t.label] == "PASSED" for t in targets) else "FAILED"
+    problems = [(f"{t.label}: " if len(targets) > 1 else "") + results[t.label]
+                for t in targets if isinstance(results[t.label], str)]
+    if problems:
+        if len(targets) > 1:
+            problems.append("a cache shared by several tests is only written when all of "
+                            "their dumps succeed")
+        return Outcome(group, overall, problem="; ".join(problems))
+    destination = workspace / targets[0].cache_path
     try:
+        dumped = union_of_dumps([results[t.label] for t in targets])  # type: ignore[misc]
         old = destination.read_bytes() if destination.is_file() else None
+        if placeholder or (old is not None and not old.strip()):
+            old = None  # an empty file means "no entries yet"
         new = committed_bytes(old, dumped, destination.suffix)
         change = compare(old, new, destination.suffix)
         if change.differs and not check:
             write_atomic(destination, new)
     except (AutotuneCacheError, OSError) as e:
-        return Outcome(target, status,
+        return Outcome(group, overall,
                        problem=f"{type(e).__name__}: {e}; the committed cache is left as is")
-    return Outcome(target, status, change=change)
+    return Outcome(group, overall, change=change)
+
+
+def regenerate_one(
+    target: DumpTarget, status: str, test_dir: Path, workspace: Path, check: bool,
+    build_exit: int = 0,
+) -> Outcome:
+    """regenerate_group for a cache file written by one dump target."""
+    result = read_one(target, status, test_dir, build_exit)
+    return regenerate_group([target], {target.label: result}, {target.label: status},
+                            workspace, check)
+
+
+def placeholder_bytes(target: DumpTarget) -> bytes:
+    """An empty cache for a first-time file in another package (so that the dump builds)."""
+    if target.backend != "triton":
+        raise RegenError(
+            f"{target.cache_path} (cache of {target.test_label}) does not exist and is in "
+            "another package, so its dump cannot build; for backend \"xla\" create it by "
+            "regenerating it once with the cache in the test's own package, then move it."
+        )
+    return serialize_results([], text=is_text_path(target.cache_path))
+
+
+def create_placeholders(targets: list[DumpTarget], workspace: Path) -> dict[Path, bytes | None]:
+    """Makes every cache the dumps load buildable and loadable before they run: a missing file
+    in another package than its test (a label to a missing file fails analysis) and an empty
+    file ("no entries yet", which the library would refuse to load) get an empty cache.
+
+    Returns the files touched, with their bytes before (None: it did not exist)."""
+    touched: dict[Path, bytes | None] = {}
+    for target in targets:
+        path = workspace / target.cache_path
+        if path in touched:
+            continue
+        if path.is_file():
+            before: bytes | None = path.read_bytes()
+            if before.strip():
+                continue
+        elif posixpath.dirname(target.cache_path) == label_parts(target.label)[0]:
+            continue  # the test's own package: the macro's glob copes with a missing file
+        else:
+            before = None
+        log(f"{target.cache_path}: {'empty' if before is not None else 'missing'}; starting it "
+            "as a cache with no entries")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, placeholder_bytes(target))
+        touched[path] = before
+    return touched
 
 
 def _not_passed(status: str, test_dir: Path, build_exit: int) -> str:
@@ -159,77 +270,131 @@ def _not_passed(status: str, test_dir: Path, build_exit: int) -> str:
     return f"the dump test {status.lower()}{where}"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Finds, runs and harvests the dumps; returns the process exit code."""
-    workspace = args.workspace or find_workspace(os.environ, Path.cwd())
-    bazel = Bazel(args.bazel, workspace)
-    targets = find_dump_targets(bazel, args.patterns, args.bazel_flag)
-    if not targets:
-        raise RegenError(
-            f"no autotuned_py_test matches {' '.join(args.patterns) or '//...'} in {workspace}."
-        )
+def scheduling_plan(args: argparse.Namespace, bazel: Bazel) -> Plan:
+    """Local GPU pinning, or Bazel's own scheduling when the user's flags ask for it."""
+    delegated = delegating_flags(args.bazel_flag)
+    if delegated:
+        return delegated_plan(delegated)
     gpus = parse_gpu_flag(args.gpus) if args.gpus is not None else detect_gpus(os.environ)
     # The GPU locks live in the output base: every test sandbox can see it (Bazel 7+ hides the
     # host's /tmp from sandboxes), and concurrent regens of one workspace share the locks.
     lock_dir = (Path(bazel.capture("info", "output_base").strip()) / "autotune_regen_gpu_locks"
                 if gpus else Path())
+    return make_plan(gpus, lock_dir, sys.executable, PIN_SCRIPT)
+
+
+def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
+                 targets: list[DumpTarget]) -> list[str]:
+    """The `bazel test` arguments (after the verb) that run every dump."""
+    return [
+        "--keep_going",
+        "--test_sharding_strategy=disabled",
+        "--test_output=errors",
+        f"--build_event_json_file={bep}",
+        *plan.bazel_flags,
+        *args.bazel_flag,
+        *[t.label for t in targets],
+    ]
+
+
+def group_by_cache(targets: list[DumpTarget]) -> dict[str, list[DumpTarget]]:
+    """The dump targets of each cache file, files and targets sorted."""
+    groups: dict[str, list[DumpTarget]] = {}
+    for target in sorted(targets, key=lambda t: t.label):
+        groups.setdefault(target.cache_path, []).append(target)
+    return dict(sorted(groups.items()))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Finds, runs and harvests the dumps; returns the process exit code."""
+    workspace = args.workspace or find_workspace(os.environ, Path.cwd())
+    bazel = Bazel(args.bazel, workspace)
+    found = find_dump_targets(bazel, args.patterns, args.bazel_flag)
+    targets = found.targets
+    if not targets:
+        if found.broken_packages:
+            report([], args.check, found.broken_packages)
+        raise RegenError(
+            f"no autotuned_py_test matches {' '.join(args.patterns) or '//...'} in {workspace}."
+        )
+    plan = scheduling_plan(args, bazel)
+    groups = group_by_cache(targets)
     with tempfile.TemporaryDirectory(prefix="regen_cache_") as scratch:
-        plan = make_plan(gpus, lock_dir, sys.executable, PIN_SCRIPT)
-        log(f"{len(targets)} dump target(s) in {workspace}; {plan.describe()}")
+        log(f"{len(targets)} dump target(s) for {len(groups)} cache file(s) in {workspace}; "
+            f"{plan.describe()}")
         for target in targets:
             log(f"  {target.label} -> {target.cache_path}")
         if args.dry_run:
+            bep = Path(scratch) / "bep.json"
+            log(f"would run: {args.bazel} test {' '.join(test_command(args, plan, bep, targets))}")
             return 0
+        created = create_placeholders(targets, workspace)
+        kept: set[Path] = set()
         bep = Path(scratch) / "bep.json"
         log(f"running {len(targets)} dump(s) with `{args.bazel} test` (Bazel's progress follows)")
-        build_exit = bazel.stream(
-            "test",
-            "--test_sharding_strategy=disabled",
-            "--test_output=errors",
-            f"--build_event_json_file={bep}",
-            *plan.bazel_flags,
-            *args.bazel_flag,
-            *[t.label for t in targets],
-        )
-        if build_exit not in BAZEL_TEST_RAN:
-            log(f"`{args.bazel} test` exited {build_exit}: the build failed or was stopped")
-        statuses = read_test_statuses(bep)
-        test_dirs = read_test_dirs(bep)
-    if any(t.label not in test_dirs for t in targets):
-        # After a failed build `bazel info` may fail too; the directory then only names where
-        # a log would have been.
-        testlogs = workspace / "bazel-testlogs"
-        if build_exit in BAZEL_TEST_RAN:
-            try:
-                testlogs = Path(bazel.capture("info", *args.bazel_flag, "bazel-testlogs").strip())
-            except RegenError as e:
-                # One missing directory must not stop the passing dumps from being written.
-                log(f"cannot ask Bazel where the test logs are ({e}); using {testlogs}")
-        for t in targets:
-            test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
-    outcomes = [
-        regenerate_one(t, statuses.get(t.label, "NO STATUS"), test_dirs[t.label], workspace,
-                       args.check, build_exit)
-        for t in targets
-    ]
-    return report(outcomes, args.check)
+        try:
+            build_exit = bazel.stream("test", *test_command(args, plan, bep, targets))
+            if build_exit not in BAZEL_TEST_RAN:
+                log(f"`{args.bazel} test` exited {build_exit}: the build failed or was stopped")
+            statuses = read_test_statuses(bep)
+            test_dirs = read_test_dirs(bep)
+            if any(t.label not in test_dirs for t in targets):
+                # After a failed build `bazel info` may fail too; the directory then only names
+                # where a log would have been.
+                testlogs = workspace / "bazel-testlogs"
+                if build_exit in BAZEL_TEST_RAN:
+                    try:
+                        testlogs = Path(
+                            bazel.capture("info", *args.bazel_flag, "bazel-testlogs").strip())
+                    except RegenError as e:
+                        # One missing directory must not stop the passing dumps being written.
+                        log(f"cannot ask Bazel where the test logs are ({e}); using {testlogs}")
+                for t in targets:
+                    test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
+            status = {t.label: statuses.get(t.label, "NO STATUS") for t in targets}
+            results = {t.label: read_one(t, status[t.label], test_dirs[t.label], build_exit)
+                       for t in targets}
+            outcomes = [
+                regenerate_group(group, results, status, workspace, args.check,
+                                 placeholder=(workspace / path) in created)
+                for path, group in groups.items()
+            ]
+            kept = {workspace / o.cache_path for o in outcomes if o.ok and not args.check}
+        finally:
+            # A placeholder that no regenerated cache replaced (a failed dump, or --check) is
+            # undone: nothing is left behind that the user did not ask for.
+            for path, before in created.items():
+                if path in kept:
+                    continue
+                if before is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomic(path, before)
+    return report(outcomes, args.check, found.broken_packages)
 
 
-def report(outcomes: list[Outcome], check: bool) -> int:
-    """Prints the per-file summary; returns 1 when a dump failed (or, with --check, differs)."""
+def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = ()) -> int:
+    """Prints the per-file summary; returns 1 when a dump failed, a package did not load, or,
+    with --check, a cache differs."""
     print("\nregen_cache summary:")
     for outcome in outcomes:
         if outcome.change is not None:
             verb = "would change" if check and outcome.change.differs else "ok"
-            print(f"  {outcome.target.cache_path}: {verb}: {outcome.change.describe()}")
+            shared = (f" (shared by {len(outcome.targets)} tests)"
+                      if len(outcome.targets) > 1 else "")
+            print(f"  {outcome.cache_path}: {verb}: {outcome.change.describe()}{shared}")
         else:
-            print(f"  {outcome.target.cache_path}: NOT REGENERATED ({outcome.target.label}): "
+            print(f"  {outcome.cache_path}: NOT REGENERATED ({outcome.labels}): "
                   f"{outcome.problem}")
+    for package in broken:
+        print(f"  {package}: PACKAGE FAILED TO LOAD: its autotuned tests (if any) were not "
+              "regenerated; fix the errors Bazel printed above and rerun")
     failed = [o for o in outcomes if not o.ok]
     differs = [o for o in outcomes if o.change is not None and o.change.differs]
     written = "would change" if check else "rewritten"
-    print(f"{len(outcomes)} cache(s): {len(differs)} {written}, {len(failed)} failed")
-    if failed or (check and differs):
+    print(f"{len(outcomes)} cache(s): {len(differs)} {written}, {len(failed)} failed"
+          + (f", {len(broken)} package(s) failed to load" if broken else ""))
+    if failed or broken or (check and differs):
         return 1
     return 0
 

@@ -91,9 +91,14 @@ class Plan:
     gpus: tuple[str, ...]
     jobs: int
     bazel_flags: tuple[str, ...]
+    # The user's flags that hand the scheduling to Bazel (remote execution, --jobs).
+    delegated_to: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for the progress output."""
+        if self.delegated_to:
+            return (f"Bazel schedules the dumps ({' '.join(self.delegated_to)}): no local GPU "
+                    "pinning")
         if not self.gpus:
             return "no GPU found: 1 dump job at a time, not pinned"
         return (
@@ -106,6 +111,25 @@ def lock_path(lock_dir: Path, gpu: str) -> Path:
     """The lock file of one GPU (ids may be UUIDs, so keep only safe characters)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", gpu)
     return lock_dir / f"gpu-{safe}.lock"
+
+
+# `bazel test` flags that mean "Bazel decides where and how many dumps run": with any of them,
+# regen_cache does not pin local GPUs (a remote-execution pool runs the dumps on its own GPUs).
+DELEGATING_FLAGS = ("--remote_executor", "--jobs", "-j")
+
+
+def delegating_flags(bazel_flags: Sequence[str]) -> tuple[str, ...]:
+    """The user's --bazel_flag values that hand the dump scheduling to Bazel."""
+    return tuple(
+        flag for flag in bazel_flags
+        if flag.split("=", 1)[0] in DELEGATING_FLAGS and not flag.endswith("=")
+    )
+
+
+def delegated_plan(flags: Sequence[str]) -> Plan:
+    """The plan when the user's flags hand scheduling to Bazel: no --run_under pinning and no
+    --local_test_jobs cap; the dumps' exec_properties pick the remote pool."""
+    return Plan(gpus=(), jobs=0, bazel_flags=(), delegated_to=tuple(flags))
 
 
 def make_plan(gpus: Sequence[str], lock_dir: Path, python: str, pin_script: Path) -> Plan:

@@ -7,6 +7,7 @@ Decision: policy lives here, not in the CLI. `merge_sets` decides conflicts (`ne
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from typing import Protocol, TypeVar
 from autotune_cache.dirstore import STALE_TEMP_SECONDS
 from autotune_cache.errors import AutotuneCacheError, CorruptFileError
 from autotune_cache.formats import read_capped
+from autotune_cache.safeio import open_regular
 
 CONFLICT_POLICIES = ("newest", "fastest", "error")
 
@@ -114,7 +116,7 @@ class FileFormat:
             if self.SNIFF_BYTES is None:
                 head = read_capped(path)
             else:
-                with open(path, "rb") as f:
+                with os.fdopen(open_regular(path), "rb") as f:
                     head = f.read(self.SNIFF_BYTES)
         except (CorruptFileError, OSError):
             return False

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune_cache.binary_copy import LoadedFile, load_file
-from autotune_cache.dirstore import ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
+from autotune_cache.dirstore import ENTRY_NAME, ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
-from autotune_cache.formats import is_text_suffix, parse_results, save_results, serialize_results
+from autotune_cache.formats import (
+    duplicate_keys,
+    is_text_suffix,
+    parse_results,
+    read_capped,
+    save_results,
+    serialize_results,
+)
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import (
@@ -20,9 +25,9 @@ from autotune_cache.resultsets.base import (
     merge_by_id,
     require_same_format,
 )
+from autotune_cache.validate import entry_problem
 
 FORMAT_NAME = "autotune_cache"
-_ENTRY_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{64}")
 
 
 def config_summary(config: pb.Config) -> str:
@@ -82,7 +87,7 @@ class OurResults:
 
     def save(self, path: Path) -> None:
         if is_directory_path(path):
-            store = DirectoryStore(path)
+            store = DirectoryStore(path, flag=None)
             for entry in self.entries.values():
                 store.put(entry)
         else:
@@ -96,7 +101,7 @@ class OurResults:
         directory this set was loaded from."""
         if self.origin is None:
             return []
-        store = DirectoryStore(self.origin)
+        store = DirectoryStore(self.origin, flag=None)
         return sorted([*store.temp_files(older_than), *store.lock_files(older_than),
                        *self.damaged_paths])
 
@@ -107,8 +112,8 @@ class OurFormat(FileFormat):
     name = FORMAT_NAME
 
     def sniff_dir(self, path: Path) -> bool:
-        names = [p.stem for p in path.glob(f"*{ENTRY_SUFFIX}")]
-        return any(_ENTRY_NAME.fullmatch(n) for n in names) or not any(path.iterdir())
+        names = [p.name for p in path.glob(f"*{ENTRY_SUFFIX}")]
+        return any(ENTRY_NAME.fullmatch(n) for n in names) or not any(path.iterdir())
 
     def sniff_data(self, data: bytes, path: Path) -> bool:
         try:
@@ -119,7 +124,7 @@ class OurFormat(FileFormat):
 
     def load_dir(self, path: Path) -> OurResults:
         result = OurResults({}, origin=path)
-        for file, entry, problem in DirectoryStore(path).scan():
+        for file, entry, problem in DirectoryStore(path, flag=None).scan():
             if entry is None:
                 result.damaged.append(problem)
                 result.damaged_paths.append(file)
@@ -131,35 +136,38 @@ class OurFormat(FileFormat):
 
     def parse(self, data: bytes, path: Path) -> OurResults:
         msg = parse_results(data, path)
-        return OurResults({CacheKey.from_proto(e.key).digest(): e for e in msg.entries})
+        damaged = [f"{path}: {line}" for line in duplicate_keys(msg.entries)]
+        for i, entry in enumerate(msg.entries):
+            if (problem := entry_problem(entry)) is not None:
+                damaged.append(f"{path}: entry {i} "
+                               f"({CacheKey.from_proto(entry.key).describe()}): {problem}")
+        return OurResults({CacheKey.from_proto(e.key).digest(): e for e in msg.entries},
+                          damaged=damaged)
 
     def __init__(self) -> None:
-        # `sniff` of a file is a whole parse; `load` of the same file reuses it.
-        self._sniffed: tuple[Path, LoadedFile] | None = None
-
-    def _load_file(self, path: Path) -> LoadedFile:
-        """The file through its binary copy (binary_copy.py), so large text files parse once
-        per machine, not once per command."""
-        if self._sniffed is not None and self._sniffed[0] == path:
-            return self._sniffed[1]
-        return load_file(path)
+        # `sniff` of a file is a whole parse; `load` of the same file reuses it, so a file is
+        # parsed once, not once to recognise it and again to load it.
+        self._sniffed: tuple[Path, OurResults] | None = None
 
     def sniff(self, path: Path) -> bool:
         path = Path(path)
         if path.is_dir():
             return super().sniff(path)
         try:
-            self._sniffed = (path, load_file(path))
+            data = read_capped(path)
         except (CorruptFileError, OSError):
+            return False
+        try:
+            self._sniffed = (path, self.parse(data, path))
+        except CorruptFileError:
             return False
         return True
 
     def load(self, path: Path) -> OurResults:
         path = Path(path)
-        if path.is_dir():
-            result = super().load(path)
-            assert isinstance(result, OurResults)
+        if not path.is_dir() and self._sniffed is not None and self._sniffed[0] == path:
+            result, self._sniffed = self._sniffed[1], None
             return result
-        loaded = self._load_file(path)
-        self._sniffed = None
-        return OurResults({key.digest(): entry for key, entry in loaded.items()})
+        result = super().load(path)
+        assert isinstance(result, OurResults)
+        return result

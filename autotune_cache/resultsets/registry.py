@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
-from autotune_cache.errors import CorruptFileError
+from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.formats import RESULTS_EXTENSIONS
 from autotune_cache.resultsets.base import Format, ResultSet
 from autotune_cache.resultsets.ours import OurFormat
+from autotune_cache.safeio import NotRegularFileError, kind_of
 from autotune_cache.xla import formats as xla_formats
 
 
@@ -26,15 +30,38 @@ def _unknown(what: Path | str, fmts: list[Format]) -> CorruptFileError:
 def load_any(path: Path | str) -> ResultSet:
     """Load a file or directory in whichever registered format it is."""
     path = Path(path)
-    if not path.exists():
-        raise CorruptFileError(f"{path}: no such file or directory")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CorruptFileError(f"{path}: no such file or directory") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptFileError(f"{path}: symbolic link loop (too many levels of symbolic "
+                                   "links); fix or remove the link.") from None
+        raise CorruptFileError(f"{path}: cannot be examined ({e.strerror or e})") from None
+    if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+        raise NotRegularFileError(f"{path}: is {kind_of(mode)}, not a regular file or a "
+                                  "directory; give a results file or a cache directory.")
     fmts = formats()
+    failures: list[CorruptFileError] = []
     for fmt in fmts:
         if fmt.sniff(path):
-            return fmt.load(path)
-    if path.is_file() and path.suffix.lower() in RESULTS_EXTENSIONS:
-        # Give the error of our own parser, which says what is wrong with the file.
-        return OurFormat().load(path)
+            try:
+                return fmt.load(path)
+            except CorruptFileError as e:
+                failures.append(e)
+    if stat.S_ISREG(mode):
+        # Our own parser says best what is wrong with a file that is ours but damaged (a missing
+        # version line, a newer version), even when another format's sniffer claimed it.
+        try:
+            return OurFormat().load(path)
+        except VersionMismatchError:
+            raise
+        except CorruptFileError as e:
+            if failures:
+                raise failures[0] from None
+            if path.suffix.lower() in RESULTS_EXTENSIONS:
+                raise e from None
     raise _unknown(path, fmts)
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune_cache.atomic import current_umask
 from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.errors import LockError
 from autotune_cache.key import CacheKey
+from autotune_cache.locking import file_lock
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.tiers.base import Found
+
+log = logging.getLogger("autotune_cache")
 
 
 class DirectoryTier:
@@ -43,26 +47,20 @@ class DirectoryTier:
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey, timeout: float) -> Iterator[bool]:
-        """The per-key file lock in the directory's .locks/; yields True once held."""
-        try:
-            from filelock import FileLock, Timeout
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "autotune_cache needs `filelock` to share a cache directory between processes: "
-                "pip install 'autotune_cache[triton]'"
-            ) from e
-        # The lock file follows the umask, as every cache file does; filelock 3.x would otherwise
-        # force 0644 and lock the other users of a shared directory out.
-        lock = FileLock(str(self.store.lock_path(key)), mode=0o666 & ~current_umask())
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise TimeoutError(
-                f"autotune_cache: waited {timeout:.0f} s for another process tuning "
-                f"{key.describe()} (lock {lock.lock_file}); if no such process is alive, "
-                "delete the lock file."
-            ) from None
-        try:
-            yield True
-        finally:
-            lock.release()
+        """The per-key file lock in the directory's lock directory; yields True once held, and
+        False (after a warning that names the lock file and the fix) when it cannot be taken
+        safely or another process still holds it after `timeout` seconds: the key is then tuned
+        without the lock (locking.py says why that is safe)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                path = self.store.lock_path(key)
+                held = stack.enter_context(file_lock(path, timeout))
+            except LockError as e:
+                log.warning("autotune_cache: tuning %s without the lock: %s", key.describe(), e)
+                held = False
+            else:
+                if not held:
+                    log.warning("autotune_cache: waited %.0f s for another process tuning %s "
+                                "(lock %s); tuning it without the lock (if no such process is "
+                                "alive, delete the lock file)", timeout, key.describe(), path)
+            yield held

@@ -1,23 +1,38 @@
-"""The shared remote tier: results on a Redis server, for fleets of CI machines."""
+"""The shared remote tier: results on a Redis server, for fleets of CI machines.
+
+Decision (issue 11): every value read from the server is untrusted. An oversized, empty, foreign
+or undecodable value, a value holding another key, and an index member that is not one of our
+digests are each a miss with one warning (validate.warn_damaged) that names the server and the
+Redis key; the Cache then checks the entry's winner like any other tier's. The tuning lock is a
+short lease its holder renews (lease.py), so a killed holder stalls its peers for at most
+LOCK_LEASE_S, and a waiter whose own wait runs out tunes without the lock.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 
 from google.protobuf import message
 
 from autotune_cache.errors import FlagError
 from autotune_cache.key import CacheKey
+from autotune_cache.lease import renewed_lease
+from autotune_cache.limits import MAX_REMOTE_VALUE_BYTES
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.tiers.base import Found
+from autotune_cache.validate import warn_damaged
 
 log = logging.getLogger("autotune_cache")
 
 NAMESPACE = "autotune_cache:v1"
 # One entry is a few KiB; larger values are not ours and are refused.
-MAX_VALUE_BYTES = 4 * 1024 * 1024
+MAX_VALUE_BYTES = MAX_REMOTE_VALUE_BYTES
+# The tuning lock's lease: a live holder renews it every third of this; a killed one's runs out.
+LOCK_LEASE_S = 10.0
+_DIGEST = re.compile(rb"[0-9a-f]{64}")
 
 
 def _problem_index(key: CacheKey) -> str:
@@ -68,15 +83,24 @@ class RedisTier:
                         "without it for this process", self.url, type(error).__name__, error)
         self.available = False
 
-    def _decode(self, data: bytes, where: str) -> pb.Entry | None:
+    def _decode(self, data: bytes, where: str) -> tuple[CacheKey, pb.Entry] | None:
+        """The (key, entry) in a value, or None after a warning when it is not one of ours."""
         if len(data) > MAX_VALUE_BYTES:
-            log.warning("autotune_cache: ignoring oversized remote entry %s", where)
+            warn_damaged(where, f"the value is {len(data):,} bytes, over the "
+                         f"{MAX_VALUE_BYTES:,}-byte limit", kind="remote")
             return None
         try:
-            return pb.Entry.FromString(data)
+            entry = pb.Entry.FromString(data)
         except message.DecodeError as e:
-            log.warning("autotune_cache: ignoring damaged remote entry %s (%s); it will be "
-                        "re-tuned and overwritten", where, e)
+            warn_damaged(where, f"not an entry ({e})", kind="remote")
+            return None
+        if not entry.key.kernel:
+            warn_damaged(where, "empty, or an entry without a key", kind="remote")
+            return None
+        try:
+            return CacheKey.from_proto(entry.key), entry
+        except ValueError as e:
+            warn_damaged(where, f"its key is malformed ({e})", kind="remote")
             return None
 
     def get(self, key: CacheKey) -> Found | None:
@@ -91,13 +115,14 @@ class RedisTier:
             return None
         if data is None:
             return None
-        entry = self._decode(data, f"{self.url} {name}")
-        if entry is None:
+        where = f"{self.origin} {name}"
+        decoded = self._decode(data, where)
+        if decoded is None:
             return None
-        if CacheKey.from_proto(entry.key) != key:
-            log.warning("autotune_cache: remote entry %s holds another key; ignoring it", name)
+        if decoded[0] != key:
+            warn_damaged(where, "it holds the entry of another key", kind="remote")
             return None
-        return Found(entry, key, self.origin)
+        return Found(decoded[1], key, where)
 
     def put(self, key: CacheKey, entry: pb.Entry) -> None:
         """Publish an entry to the fleet."""
@@ -117,36 +142,44 @@ class RedisTier:
         if not self.available:
             return []
         try:
-            digests = sorted(self._client.smembers(_problem_index(key)))
+            # Index members are written by anyone: only our 64-hex digests name entries.
+            digests = sorted(d.decode() for d in self._client.smembers(_problem_index(key))
+                             if isinstance(d, bytes) and _DIGEST.fullmatch(d))
             if not digests:
                 return []
-            values = self._client.mget([f"{NAMESPACE}:entry:{d.decode()}" for d in digests])
+            names = [f"{NAMESPACE}:entry:{d}" for d in digests]
+            values = self._client.mget(names)
         except self._errors as e:
             self._down(e)
             return []
-        entries = [self._decode(v, self.url) for v in values if v is not None]
-        return [Found(e, CacheKey.from_proto(e.key), self.origin) for e in entries
-                if e is not None]
+        found = []
+        for name, value in zip(names, values, strict=True):
+            if value is None:
+                continue
+            decoded = self._decode(value, f"{self.origin} {name}")
+            if decoded is not None:
+                found.append(Found(decoded[1], decoded[0], f"{self.origin} {name}"))
+        return found
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey, timeout: float) -> Iterator[bool]:
-        """A fleet-wide tuning lock for `key`; yields False when the server is down."""
+        """A fleet-wide tuning lock for `key`, held as a renewed lease (lease.py); yields False
+        when the server is down, or after a warning when a live peer still holds it after
+        `timeout` seconds (the key is then tuned without the lock)."""
         if not self.available:
             yield False
             return
-        lock = self._client.lock(f"{NAMESPACE}:lock:{key.digest()}", timeout=timeout,
-                                 blocking_timeout=timeout)
-        try:
-            acquired = lock.acquire()
-        except self._errors as e:
-            self._down(e)
-            yield False
-            return
-        if not acquired:
-            raise TimeoutError(f"autotune_cache: waited {timeout:.0f} s for another machine "
-                               f"tuning {key.describe()} (remote lock on {self.url})")
-        try:
-            yield True
-        finally:
-            with contextlib.suppress(*self._errors):
-                lock.release()
+        name = f"{NAMESPACE}:lock:{key.digest()}"
+        with contextlib.ExitStack() as stack:
+            try:
+                held = stack.enter_context(
+                    renewed_lease(self._client, name, LOCK_LEASE_S, timeout, self._errors))
+            except self._errors as e:
+                self._down(e)
+                held = False
+            else:
+                if not held:
+                    log.warning("autotune_cache: waited %.0f s for another machine tuning %s "
+                                "(remote lock %s on %s); tuning it without the lock", timeout,
+                                key.describe(), name, self.url)
+            yield held

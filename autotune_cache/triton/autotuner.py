@@ -321,7 +321,10 @@ class Autotuner(_TritonAutotuner):
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
         self._preload_winners(cache)
-        entry = cache.lookup(key)
+        # Entries from shared tiers are untrusted: a winner that is not one of this kernel's
+        # candidates is a damaged entry (a miss), never launched.
+        candidates = [config_to_proto(c) for c in pruned]
+        entry = cache.lookup(key, candidates=candidates)
         if entry is not None:
             self._await_preload(key)
         winner = None
@@ -329,7 +332,7 @@ class Autotuner(_TritonAutotuner):
             # `shared`: the lock is held on the cache directory or the remote server, so a peer
             # that held it before us may have recorded this key; refresh() re-reads those tiers.
             with cache.tune_lock(key) as shared:
-                entry = cache.refresh(key) if shared else None
+                entry = cache.refresh(key, candidates=candidates) if shared else None
                 if entry is None:
                     entry, winner = self._tune(key, pruned, args, kwargs, cache)
         self.last_entry = entry

@@ -4,9 +4,9 @@ Under `bazel test` HOME is often unset or read-only, so Triton's default `~/.tri
 be written and every test process recompiles every kernel (and Triton's own driver stub). When
 `TRITON_CACHE_DIR` is unset and Bazel's `TEST_TMPDIR` is set, we point Triton at
 `$TEST_TMPDIR/triton_cache`. Triton reads `TRITON_CACHE_DIR` each time it opens its cache, so this
-works as long as it runs before the first compile; `autotune_cache.triton` calls it on import and
-again whenever a kernel is decorated. See docs/triton.md for sharing a persistent compile cache
-between runs.
+works as long as it runs before the first compile; the autotuner calls it whenever a kernel is
+decorated and again before its parallel pre-compile (never at import, which a test cannot
+control). See docs/triton.md for sharing a persistent compile cache between runs.
 """
 
 from __future__ import annotations

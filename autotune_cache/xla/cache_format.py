@@ -308,7 +308,7 @@ def _load_dir(root: Path) -> XlaCacheSet:
     damaged: list[str] = []
     for file, device, version in _entry_files(root):
         try:
-            data = read_capped(file, layout.MAX_ENTRY_BYTES)
+            data = read_capped(file, layout.MAX_ENTRY_BYTES, follow_symlinks=False)
             entry = codec.parse(data, pb.AutotuneEntry, file, text=False,
                                 what="XLA per-fusion cache entry (xla.autotuner.AutotuneEntry)")
         except (CorruptFileError, OSError) as e:

@@ -7,11 +7,12 @@ from pathlib import Path
 from autotune_cache.atomic import TEMP_PREFIX
 from autotune_cache.dirstore import STALE_TEMP_SECONDS, untouched_for
 from autotune_cache.errors import CorruptFileError
+from autotune_cache.limits import MAX_ENTRY_BYTES
 
 # XLA renames finished entries out of <dir>/tmp/; files left there belong to killed writers.
 XLA_TEMP_DIR = "tmp"
-# One entry is a few hundred bytes; anything far larger is not an XLA cache entry.
-MAX_ENTRY_BYTES = 4 * 1024 * 1024
+# One entry is a few hundred bytes; anything far larger than MAX_ENTRY_BYTES is not an XLA entry.
+__all__ = ["MAX_ENTRY_BYTES", "XLA_TEMP_DIR", "safe_component", "temp_files"]
 
 
 def temp_files(root: Path, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:

@@ -262,7 +262,7 @@ def _load_dir(root: Path) -> XlaLegacySet:
     damaged: list[str] = []
     for file in _entry_files(root):
         try:
-            data = read_capped(file, layout.MAX_ENTRY_BYTES)
+            data = read_capped(file, layout.MAX_ENTRY_BYTES, follow_symlinks=False)
             result = codec.parse(data, pb.AutotuneResult, file, text=True, what=ENTRY_WHAT)
         except (CorruptFileError, OSError) as e:
             damaged.append(str(e))

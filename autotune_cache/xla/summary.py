@@ -73,9 +73,14 @@ def legacy_result_summary(result: legacy_pb.AutotuneResult) -> str:
         any_config = result.other.config
         if any_config.type_url.endswith(BACKEND_CONFIG_URL_SUFFIX):
             packed = cache_pb.BackendConfig()
-            if any_config.Unpack(packed):
-                detail = backend_config_summary(packed)
-                text = f"{text} {detail}" if detail else text
+            try:
+                unpacked = any_config.Unpack(packed)
+            except message.DecodeError:  # a damaged file: summarise, verify reports it
+                text = f"{text} (undecodable backend config)"
+            else:
+                if unpacked:
+                    detail = backend_config_summary(packed)
+                    text = f"{text} {detail}" if detail else text
     else:
         detail = fields_summary(getattr(result, which))
         text = f"{which} {detail}" if detail else which

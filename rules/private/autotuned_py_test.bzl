@@ -9,85 +9,36 @@ The macro turns XLA's three-step test recipe (dump with sharding off, commit, lo
 - `<name>.regen`: `bazel run` it to run the dump and write the new cache into the source tree.
 """
 
-load("@rules_python//python:defs.bzl", "py_binary", "py_test")
+load(":cache_location.bzl", "cache_location", "repository_prefix")
+load(
+    ":constants.bzl",
+    "AUTOTUNE_FLAGS_ENV",
+    "DUMP_TARGET_ENV",
+    "REGEN_HINT_ENV",
+    "REGEN_TARGET_SUFFIX",
+    "RUNNER_ENV",
+    "SHARD_TEST_CASES_ENV",
+    "TEST_MAIN_ENV",
+    "XLA_FLAGS_ENV",
+)
+load(":dump_test.bzl", "DUMP_DROPPED_KWARGS", "autotuned_dump_test")
 load(":flags.bzl", "autotune_flags", "xla_flags")
-
-# The tag that //tools:regen_cache queries to find every load-mode test.
-AUTOTUNED_TAG = "autotuned"
-
-# The tag on every `.dump` target, and the prefix of the tag that records the source path of
-# the cache the dump regenerates (relative to the workspace root).
-DUMP_TAG = "autotune_dump"
-CACHE_PATH_TAG_PREFIX = "autotune_cache_path="
+load(":load_test.bzl", "autotuned_load_test")
 
 _BACKENDS = ["triton", "xla"]
 
+# How the main runs: as `__main__` (py_test's way: unittest.main(), absltest, a script), or
+# collected and run by pytest (a pytest-style file with no `__main__` block).
+_RUNNERS = ["main", "pytest"]
+
 # Variables the macro sets itself; a user value would be silently lost, so it is an error.
 _RESERVED_ENV = [
-    "AUTOTUNE_REGEN_HINT",
-    "AUTOTUNE_TEST_MAIN",
-    "AUTOTUNE_DUMP_TARGET",
-    "AUTOTUNE_SHARD_TEST_CASES",
+    REGEN_HINT_ENV,
+    TEST_MAIN_ENV,
+    DUMP_TARGET_ENV,
+    SHARD_TEST_CASES_ENV,
+    RUNNER_ENV,
 ]
-
-# py_test attributes that make no sense on the `.dump` target: it is never sharded and a flaky
-# retry would hide a failed dump.
-_DUMP_DROPPED_KWARGS = ["shard_count", "flaky"]
-
-def _check_cache_extension(name, path):
-    """Fails when the cache file name has no extension, which selects neither format clearly.
-
-    Args:
-      name: the macro's `name`.
-      path: the cache file's path relative to its package.
-    """
-    basename = path.split("/")[-1]
-    if "." not in basename.lstrip("."):
-        fail(("autotuned_py_test(name = \"{name}\"): cache = \"{path}\" has no file " +
-              "extension. Name it \"{path}.textproto\" (text, reviewable diffs) or " +
-              "\"{path}.pb\" (binary).").format(name = name, path = path))
-
-def _cache_location(name, cache):
-    """Resolves the `cache` attribute.
-
-    Args:
-      name: the macro's `name`.
-      cache: the `cache` attribute: None, a file name relative to this package, or a label.
-
-    Returns:
-      struct(label, source_path, exists): the label to put in `data`, the file's path relative
-      to the workspace root (where `.regen` writes it), and whether it exists now (a label to
-      another package is trusted to exist).
-    """
-    package = native.package_name()
-    if cache == None:
-        cache = name + ".autotune.textproto"
-    if cache.startswith("@//"):
-        cache = cache[1:]
-    if cache.startswith("@"):
-        fail(("autotuned_py_test(name = \"{name}\"): cache = \"{cache}\" is in another " +
-              "repository; .regen can only write caches in this workspace. Copy the file into " +
-              "this workspace and point `cache` at it.").format(name = name, cache = cache))
-    if cache.startswith("//"):
-        cache_package, _, cache_name = cache[2:].partition(":")
-        if not cache_name:
-            cache_name = cache_package.split("/")[-1]
-        if cache_package != package:
-            source_path = cache_package + "/" + cache_name if cache_package else cache_name
-            _check_cache_extension(name, cache_name)
-            return struct(label = cache, source_path = source_path, exists = True)
-        cache = cache_name
-    relative = cache[1:] if cache.startswith(":") else cache
-    _check_cache_extension(name, relative)
-
-    # glob() instead of a plain label, so that a test whose cache has not been generated yet
-    # still builds (and, with require_complete, fails with the regen hint).
-    exists = len(native.glob([relative], allow_empty = True)) > 0
-    return struct(
-        label = ":" + relative,
-        source_path = package + "/" + relative if package else relative,
-        exists = exists,
-    )
 
 def _default_main(name, srcs):
     """The src py_test would pick as the main of `name`: the one whose path ends in `<name>.py`.
@@ -122,19 +73,19 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
     """Returns a copy of the user's env with AUTOTUNE_FLAGS or XLA_FLAGS set for one mode."""
     result = dict(env)
     if backend == "triton":
-        variable = "AUTOTUNE_FLAGS"
+        variable = AUTOTUNE_FLAGS_ENV
         value = autotune_flags(
             target = name,
-            user_flags = env.get("AUTOTUNE_FLAGS", ""),
+            user_flags = env.get(AUTOTUNE_FLAGS_ENV, ""),
             cache_path = cache_path,
             dump = dump,
             require_complete = require_complete,
         )
     else:
-        variable = "XLA_FLAGS"
+        variable = XLA_FLAGS_ENV
         value = xla_flags(
             target = name,
-            user_flags = env.get("XLA_FLAGS", ""),
+            user_flags = env.get(XLA_FLAGS_ENV, ""),
             cache_path = cache_path,
             dump = dump,
             require_complete = require_complete,
@@ -156,30 +107,43 @@ def autotuned_py_test(
         env = {},
         cache = None,
         backend = "triton",
+        runner = "main",
         require_complete = True,
         xla_per_fusion_cache_dir = None,
         shard_test_cases = True,
+        dump_size = "large",
+        dump_timeout = "eternal",
+        dump_exec_properties = {},
+        dump_tags = [],
         **kwargs):
     """A py_test that loads a committed autotuning cache, plus `.dump` and `.regen` targets.
 
     Generated targets:
 
-    - `<name>`: py_test in load mode. `cache` is added to `data`; `env` gets
-      `AUTOTUNE_FLAGS=--load_autotune_results_from=$(rootpath <cache>)` (backend "triton") or
-      `XLA_FLAGS=--xla_gpu_load_autotune_results_from=$(rootpath <cache>)` (backend "xla"), plus
-      the require-complete flag when asked, and `AUTOTUNE_REGEN_HINT`. Tagged "autotuned".
+    - `<name>`: py_test in load mode (load_test.bzl). `cache` is added to `data`; `env` gets
+      `AUTOTUNE_FLAGS=--load_autotune_results_from=TEST_WORKSPACE/$(rootpath <cache>)` (backend
+      "triton") or `XLA_FLAGS=--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/...`
+      (backend "xla"): both resolve the prefix to an absolute path under $TEST_SRCDIR, so the
+      test may change its working directory. Plus the require-complete flag when asked, and
+      `AUTOTUNE_REGEN_HINT` (`bazel run [@repo]//pkg:<name>.regen`). Tagged "autotuned".
       Sharding works as configured: with `shard_count > 1` the main runs through
-      `test_main.py`, which gives plain `unittest.main()` mains Bazel's sharding protocol (each
-      shard runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE); absltest's
-      own sharding is detected and left alone. A shard whose main claims no sharding support
-      fails with a message saying so.
+      `rules_autotune_test_wrapper.py`, which gives plain `unittest.main()` mains Bazel's sharding
+      protocol (each shard runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE);
+      absltest's own sharding is detected and left alone. A shard whose main claims no
+      sharding support fails with a message saying so. With `runner = "pytest"` the test
+      always runs through the wrapper, which runs pytest on the main with the macro's flags
+      as the autotune_cache plugin's options (and, when sharded, gives each shard every N-th
+      test item by sorted node id).
     - `<name>.dump`: the same test dumping to
-      `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto`. It also loads the existing cache,
-      so only new or stale keys are tuned. `shard_count` is 1, it is tagged
-      `manual`/`external`/`no-cache`/`no-remote`, and it fails at run time when
-      `TEST_TOTAL_SHARDS > 1` (`--test_sharding_strategy=forced=k` overrides the attribute).
-    - `<name>.regen`: `bazel run` it to run the dump and write the result to
-      `$BUILD_WORKSPACE_DIRECTORY/<cache path>`, printing the entries added, removed and changed.
+      `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto` (dump_test.bzl). It also loads
+      the existing cache, so only new or stale keys are tuned. `shard_count` is 1, its size and
+      timeout are `dump_size` / `dump_timeout`, it is tagged `manual`/`external`/`no-cache`
+      (and `no-remote-exec` unless `dump_exec_properties` is set), plus `dump_tags`, and it
+      fails at run time when `TEST_TOTAL_SHARDS > 1` (`--test_sharding_strategy=forced=k`
+      overrides the attribute).
+    - `<name>.regen`: `bazel run` it to run the dump (and those of every other test sharing
+      the cache file) and write the union of their results to the cache in the source tree,
+      printing the entries added, removed and changed.
 
     If the cache file does not exist yet the targets still build: load mode then runs without a
     load flag (with `require_complete` the first lookup fails and prints the regen hint).
@@ -193,21 +157,40 @@ def autotuned_py_test(
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
         macro's flags are appended; setting a flag the macro owns (load, dump, require
         complete, per-fusion dir) is an error.
-      cache: the committed results file: a file name relative to this package or a label of a
-        source file in this workspace. Default `<name>.autotune.textproto`.
+      cache: the committed results file: a file name relative to this package, or a label
+        (string or `Label`) of a source file in the test's own repository; every spelling of
+        that repository is accepted (`//`, `@//`, `@@//`, `@<its name>//`). Default
+        `<name>.autotune.textproto`. Several tests may share one file: `.regen` writes the
+        union of their entries. A file in another package must exist (an empty file is fine,
+        and `.regen` creates a missing one) and, under
+        `--incompatible_no_implicit_file_export`, be listed in that package's `exports_files`.
       backend: "triton" sets `AUTOTUNE_FLAGS` (our library); "xla" sets `XLA_FLAGS` (XLA's
         own flags, for JAX tests).
+      runner: "main" (default) runs the main as `__main__`, as py_test does (`unittest.main()`,
+        `absltest.main()` or a script). "pytest" runs it with pytest (a pytest-style file
+        with no `__main__` block): the autotune_cache pytest plugin gets the macro's flags
+        (a strict miss fails the one test item that missed), `args` are passed to pytest,
+        pytest writes `XML_OUTPUT_FILE`, and with `shard_count > 1` each shard runs every
+        N-th item by sorted node id. pytest comes from the `@rules_autotune//:pytest` label
+        flag (default: the ruleset's hub). Starlark cannot read the main, so this is not
+        detected: a pytest file run as "main" defines its tests and runs none.
       require_complete: in load mode a missing result is an error naming the regen command,
         instead of a silent re-tune. Never applied to `.dump`.
       xla_per_fusion_cache_dir: backend "xla" only: passed as
         `--xla_gpu_per_fusion_autotune_cache_dir` in both modes. XLA does not guarantee this
         per-fusion cache works together with the results file; leave it None unless needed.
-      shard_test_cases: with `shard_count > 1`, let test_main.py split the `unittest` test
+      shard_test_cases: with `shard_count > 1`, let the wrapper split the `unittest` test
         cases over the shards (default). Set False when the main splits its work itself by
         TEST_SHARD_INDEX / TEST_TOTAL_SHARDS and touches TEST_SHARD_STATUS_FILE; splitting
         both ways would skip most of the work (the shard then fails and says so).
+      dump_size: `size` of `<name>.dump` (tuning takes far longer than loading).
+      dump_timeout: `timeout` of `<name>.dump`; "eternal" (60 min) by default.
+      dump_exec_properties: `exec_properties` of `<name>.dump` only, e.g.
+        `{"Pool": "gpu-h100"}` for a remote-execution GPU pool. When set, the dump may run
+        remotely (`bazel run //tools:regen_cache -- --bazel_flag=--remote_executor=...`).
+      dump_tags: extra tags of `<name>.dump` only (e.g. a pool or `requires-gpu` tag).
       **kwargs: anything else py_test takes (shard_count, size, timeout, tags, args, main,
-        visibility, ...). `.dump` gets the same except shard_count and flaky.
+        visibility, ...). `.dump` gets the same except shard_count, flaky, size and timeout.
     """
     if backend not in _BACKENDS:
         fail("autotuned_py_test(name = \"{}\"): backend = \"{}\" is not one of {}.".format(
@@ -219,96 +202,81 @@ def autotuned_py_test(
         fail(("autotuned_py_test(name = \"{}\"): xla_per_fusion_cache_dir only applies to " +
               "backend = \"xla\"; for Triton put --autotune_cache_dir=DIR in " +
               "env[\"AUTOTUNE_FLAGS\"].").format(name))
+    if runner not in _RUNNERS:
+        fail("autotuned_py_test(name = \"{}\"): runner = \"{}\" is not one of {}.".format(
+            name,
+            runner,
+            ", ".join(_RUNNERS),
+        ))
     for reserved in _RESERVED_ENV:
         if reserved in env:
             fail(("autotuned_py_test(name = \"{}\"): env[\"{}\"] is set by the macro; " +
                   "remove it from env.").format(name, reserved))
 
-    location = _cache_location(name, cache)
-    cache_data = [location.label] if location.exists else []
-    cache_path = "$(rootpath {})".format(location.label) if location.exists else None
-    package = native.package_name()
-    regen_hint = "bazel run //{}:{}.regen".format(package, name)
-    user_tags = kwargs.pop("tags", [])
+    location = cache_location(name, cache)
+    label_prefix = "{}//{}".format(repository_prefix(location.repository), native.package_name())
+    regen_hint = "bazel run {}:{}{}".format(label_prefix, name, REGEN_TARGET_SUFFIX)
+    tags = kwargs.pop("tags", [])
     main = kwargs.pop("main", None)
 
-    # Sharded load tests and every `.dump` run the user's main through test_main.py: it gives
+    # Sharded load tests and every `.dump` run the user's main through the wrapper: it gives
     # unittest mains Bazel's sharding protocol, and refuses sharded dumps. py_test's default
     # main (`<name>.py`) would be `<name>.dump.py` for the dump, so main is always explicit.
     user_main = main if main != None else _default_main(name, srcs)
-    wrapper = Label("//rules/private:test_main.py")
+    wrapper = Label("//rules/private:rules_autotune_test_wrapper.py")
+    if runner == "pytest":
+        deps = deps + [Label("//rules/private:pytest_runner")]
+        env = dict(env)
+        env[RUNNER_ENV] = runner
 
-    load_env = _env_with_flags(
-        name,
-        backend,
-        env,
-        cache_path,
-        dump = False,
-        require_complete = require_complete,
-        xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
-    )
-    load_env["AUTOTUNE_REGEN_HINT"] = regen_hint
-    load_kwargs = dict(kwargs)
-    load_srcs = srcs
-    load_data = data + cache_data
-    if (kwargs.get("shard_count") or 0) > 1:
-        load_env["AUTOTUNE_TEST_MAIN"] = "$(rootpath {})".format(user_main)
-        if not shard_test_cases:
-            load_env["AUTOTUNE_SHARD_TEST_CASES"] = "0"
-        load_srcs = srcs + [wrapper]
-        load_data = load_data + [user_main]
-        load_kwargs["main"] = wrapper
-    elif main != None:
-        load_kwargs["main"] = main
-    py_test(
+    autotuned_load_test(
         name = name,
-        srcs = load_srcs,
+        srcs = srcs,
         deps = deps,
-        data = load_data,
-        env = load_env,
-        tags = user_tags + [AUTOTUNED_TAG],
-        **load_kwargs
+        data = data,
+        env = _env_with_flags(
+            name,
+            backend,
+            env,
+            location.flag_path,
+            dump = False,
+            require_complete = require_complete,
+            xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
+        ),
+        location = location,
+        regen_hint = regen_hint,
+        user_main = user_main,
+        main = main,
+        wrapper = wrapper,
+        always_wrap = runner == "pytest",
+        shard_test_cases = shard_test_cases,
+        tags = tags,
+        **kwargs
     )
-
-    dump_env = _env_with_flags(
-        name,
-        backend,
-        env,
-        cache_path,
-        dump = True,
-        require_complete = False,
-        xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
-    )
-    dump_env["AUTOTUNE_REGEN_HINT"] = regen_hint
-    dump_env["AUTOTUNE_TEST_MAIN"] = "$(rootpath {})".format(user_main)
-    dump_env["AUTOTUNE_DUMP_TARGET"] = "//{}:{}.dump".format(package, name)
-    dump_kwargs = {k: v for k, v in kwargs.items() if k not in _DUMP_DROPPED_KWARGS}
-    py_test(
-        name = name + ".dump",
-        srcs = srcs + [wrapper],
-        main = wrapper,
+    autotuned_dump_test(
+        name = name,
+        srcs = srcs,
         deps = deps,
-        data = data + cache_data + [user_main],
-        env = dump_env,
-        shard_count = 1,
-        tags = user_tags + [
-            "manual",
-            "external",
-            "no-cache",
-            "no-remote",
-            DUMP_TAG,
-            CACHE_PATH_TAG_PREFIX + location.source_path,
-        ],
-        **dump_kwargs
-    )
-
-    # `.regen` is //tools:regen_cache bound to this one dump target.
-    py_binary(
-        name = name + ".regen",
-        srcs = [Label("//tools:regen_cache.py")],
-        main = Label("//tools:regen_cache.py"),
-        deps = [Label("//tools:regen_lib")],
-        args = ["//{}:{}.dump".format(package, name)],
-        visibility = kwargs.get("visibility"),
-        tags = ["manual"],
+        data = data,
+        env = _env_with_flags(
+            name,
+            backend,
+            env,
+            location.flag_path,
+            dump = True,
+            require_complete = False,
+            xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
+        ),
+        location = location,
+        regen_hint = regen_hint,
+        label_prefix = label_prefix,
+        user_main = user_main,
+        wrapper = wrapper,
+        backend = backend,
+        size = dump_size,
+        timeout = dump_timeout,
+        exec_properties = dump_exec_properties,
+        extra_tags = dump_tags,
+        tags = tags,
+        **{k: v for k, v in kwargs.items() if k not in DUMP_DROPPED_KWARGS}
     )

@@ -4,10 +4,10 @@ Pure string functions, kept apart from the macro so that the exact flag strings 
 read in one place. The integration tests (tests/bazel/) assert these strings byte for byte.
 """
 
-# Where every `.dump` target writes its results; //tools:regen_cache reads this file back from
-# bazel-testlogs/<pkg>/<name>/test.outputs/.
-DUMP_FILE_NAME = "autotune_cache.textproto"
-DUMP_PATH = "TEST_UNDECLARED_OUTPUTS_DIR/" + DUMP_FILE_NAME
+load(":constants.bzl", "DUMP_FILE_NAME", "OUTPUTS_PREFIX")
+
+# Where every `.dump` target writes its results (see constants.bzl).
+DUMP_PATH = OUTPUTS_PREFIX + DUMP_FILE_NAME
 
 # Our library's flags (see autotune_cache/flags.py).
 _LOAD = "--load_autotune_results_from"
@@ -44,7 +44,7 @@ def autotune_flags(target, user_flags, cache_path, dump, require_complete):
     Args:
       target: the macro's `name`, for error messages.
       user_flags: AUTOTUNE_FLAGS the user gave in `env` ("" when none); kept first.
-      cache_path: "$(rootpath ...)" of the committed cache, or None when it does not exist yet.
+      cache_path: "TEST_WORKSPACE/$(rootpath ...)" of the committed cache, or None when it does not exist yet.
       dump: True for the `.dump` target (dump to the test outputs, never require complete).
       require_complete: add --require_complete_autotune_results (load mode only).
 
@@ -78,7 +78,7 @@ def xla_flags(target, user_flags, cache_path, dump, require_complete, per_fusion
     Args:
       target: the macro's `name`, for error messages.
       user_flags: XLA_FLAGS the user gave in `env` ("" when none); kept first, unchanged.
-      cache_path: "$(rootpath ...)" of the committed cache, or None when it does not exist yet.
+      cache_path: "TEST_WORKSPACE/$(rootpath ...)" of the committed cache, or None when it does not exist yet.
       dump: True for the `.dump` target.
       require_complete: add --xla_gpu_require_complete_aot_autotune_results (load mode only).
       per_fusion_cache_dir: value for --xla_gpu_per_fusion_autotune_cache_dir, or None.

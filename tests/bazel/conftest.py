@@ -8,6 +8,10 @@ import pytest
 
 from tests.bazel.harness import Workspace, find_bazel
 
+# The fixtures are Bazel test mains (named like Bazel users name them, *_test.py) that only run
+# inside the scratch workspaces, never under pytest.
+collect_ignore_glob = ["fixtures/*"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that runs real Bazel (uses `workspace`) carries the `bazel` marker."""

@@ -27,13 +27,21 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # What the scratch workspace copies from the repository.
 COPIED = ["BUILD.bazel", "requirements_lock.txt", "requirements_dev_lock.txt", "rules", "tools",
           "autotune_cache", "examples"]
+# What a user's checkout of the ruleset has besides (consumer workspaces use it unchanged).
+RULESET_FILES = [*COPIED, "WORKSPACE", "REPO.bazel", "MODULE.bazel", ".bazelignore", "LICENSE"]
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "bazel-*")
 
-OVERRIDES = {
+# Repositories Bazel 4 would download, replaced by local stand-ins (every workspace).
+TOOL_OVERRIDES = {
     "rules_cc": SHIMS / "rules_cc",
     "rules_java": SHIMS / "rules_java",
     "remote_coverage_tools": SHIMS / "remote_coverage_tools",
     "rules_python": SHIMS / "rules_python",
+}
+# The pip hubs MODULE.bazel declares, for the repository's own workspace (WORKSPACE-mode
+# consumers declare theirs with pip_parse, which the rules_python shim implements offline).
+OVERRIDES = {
+    **TOOL_OVERRIDES,
     "rules_autotune_pypi": SHIMS / "pypi_hub",
     "rules_autotune_dev_pypi": SHIMS / "pypi_hub",
 }
@@ -61,6 +69,37 @@ toolchain(
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
 """
+
+
+# How a WORKSPACE user declares rules_python (its release notes' lines); offline, the tests'
+# --override_repository replaces it with the shim.
+RULES_PYTHON_WORKSPACE = """\
+load("@bazel_tools//tools/build_defs/repo:http.bzl", "http_archive")
+
+http_archive(
+    name = "rules_python",
+    sha256 = "9f9f3b300a9264e4c77999312ce663be5dee9a56e361a1f6fe7ec60e1beef9a3",
+    strip_prefix = "rules_python-1.4.1",
+    url = "https://github.com/bazel-contrib/rules_python/releases/download/1.4.1/rules_python-1.4.1.tar.gz",
+)
+
+load("@rules_python//python:repositories.bzl", "py_repositories")
+
+py_repositories()
+
+"""
+
+
+def copy_ruleset(destination: Path) -> Path:
+    """A copy of the ruleset as a user's checkout has it, at `destination`."""
+    destination.mkdir(parents=True)
+    for name in RULESET_FILES:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, destination / name, ignore=IGNORED)
+        elif source.is_file():
+            shutil.copy2(source, destination / name)
+    return destination
 
 
 def find_bazel() -> str | None:
@@ -111,31 +150,69 @@ class Workspace:
         return workspace
 
     @classmethod
-    def create_consumer(cls, base: Path, output_user_root: Path, bazel: str) -> Workspace:
+    def create_consumer(cls, base: Path, output_user_root: Path, bazel: str,
+                        extra_workspace: str = "") -> Workspace:
         """A user's workspace that gets rules_autotune as an external repository.
 
-        The ruleset is copied to `base/rules_autotune` and referenced with local_repository,
-        so labels resolve exactly as for a user: `@rules_autotune//rules:defs.bzl`.
+        The ruleset is copied to `base/rules_autotune` as a user's checkout has it (no file
+        added) and referenced with local_repository plus rules_autotune_dependencies(), as
+        docs/bazel.md's WORKSPACE setup says, so labels resolve exactly as for a user.
         """
-        ruleset = base / "rules_autotune"
-        ruleset.mkdir(parents=True)
-        for name in COPIED:
-            source = REPO / name
-            if source.is_dir():
-                shutil.copytree(source, ruleset / name, ignore=IGNORED)
-            elif source.is_file():
-                shutil.copy2(source, ruleset / name)
-        (ruleset / "WORKSPACE").write_text('workspace(name = "rules_autotune")\n')
+        ruleset = copy_ruleset(base / "rules_autotune")
         workspace = cls(root=base / "user", bazel=bazel, output_user_root=output_user_root)
         workspace.root.mkdir(parents=True)
         workspace.write_harness_files(
-            f'local_repository(\n    name = "rules_autotune",\n    path = "{ruleset}",\n)\n\n',
+            RULES_PYTHON_WORKSPACE +
+            f'local_repository(\n    name = "rules_autotune",\n    path = "{ruleset}",\n)\n\n'
+            'load("@rules_autotune//rules:repositories.bzl", "rules_autotune_dependencies")\n\n'
+            "rules_autotune_dependencies()\n\n"
+            'load("@rules_autotune_pypi//:requirements.bzl", "install_deps")\n\n'
+            "install_deps()\n\n" + extra_workspace,
             workspace_name="user_workspace",
+            overrides=TOOL_OVERRIDES,
         )
         return workspace
 
+    @classmethod
+    def create_e2e(cls, base: Path, output_user_root: Path, bazel: str) -> Workspace:
+        """e2e/workspace as its WORKSPACE expects it (the ruleset two directories up), plus
+        only the user.bazelrc that its .bazelrc try-imports: offline stand-ins for the
+        repositories Bazel 4 would download, and the test interpreter as Python toolchain."""
+        ruleset = copy_ruleset(base / "rules_autotune")
+        shutil.copytree(REPO / "e2e", ruleset / "e2e", ignore=IGNORED)
+        workspace = cls(root=ruleset / "e2e/workspace", bazel=bazel,
+                        output_user_root=output_user_root)
+        toolchain = base / "test_toolchain"
+        toolchain.mkdir()
+        (toolchain / "WORKSPACE").write_text('workspace(name = "autotune_test_toolchain")\n')
+        (toolchain / "BUILD.bazel").write_text(TOOLCHAIN_BUILD.format(python=workspace.python))
+        overrides = {**TOOL_OVERRIDES, "autotune_test_toolchain": toolchain}
+        (workspace.root / "user.bazelrc").write_text(
+            workspace.common_bazelrc(overrides)
+            + "build --extra_toolchains=@autotune_test_toolchain//:python_toolchain\n"
+        )
+        return workspace
+
+    def common_bazelrc(self, overrides: dict[str, Path]) -> str:
+        """The .bazelrc lines every scratch workspace gets: its own output root, offline
+        repository overrides, quiet progress, the interpreter for Triton."""
+        lines = "\n".join(
+            f"common --override_repository={name}={path}" for name, path in overrides.items()
+        )
+        return (
+            f"startup --output_user_root={self.output_user_root}\n"
+            "startup --max_idle_secs=600\n"
+            f"{lines}\n"
+            "common --announce_rc=false\n"
+            "build --show_progress_rate_limit=5\n"
+            "test --test_env=TRITON_INTERPRET=1\n"
+            "test --test_output=errors\n"
+            "test --test_verbose_timeout_warnings=false\n"
+        )
+
     def write_harness_files(self, extra_workspace: str = "",
-                            workspace_name: str = "rules_autotune") -> None:
+                            workspace_name: str = "rules_autotune",
+                            overrides: dict[str, Path] | None = None) -> None:
         """WORKSPACE, .bazelrc and the Python toolchain of the scratch workspace."""
         (self.root / "WORKSPACE").write_text(
             f'workspace(name = "{workspace_name}")\n\n{extra_workspace}'
@@ -144,21 +221,10 @@ class Workspace:
         harness = self.root / "bazel_harness"
         harness.mkdir(exist_ok=True)
         (harness / "BUILD.bazel").write_text(TOOLCHAIN_BUILD.format(python=self.python))
-        overrides = "\n".join(
-            f"common --override_repository={name}={path}" for name, path in OVERRIDES.items()
-        )
         # Every setting lives in .bazelrc so that the Bazel that regen_cache starts from inside
         # `bazel run` gets exactly the same startup options and output base.
         (self.root / ".bazelrc").write_text(
-            f"startup --output_user_root={self.output_user_root}\n"
-            "startup --max_idle_secs=600\n"
-            f"{overrides}\n"
-            "common --announce_rc=false\n"
-            "build --show_progress_rate_limit=5\n"
-            "test --test_env=TRITON_INTERPRET=1\n"
-            "test --test_output=errors\n"
-            "test --test_verbose_timeout_warnings=false\n"
-        )
+            self.common_bazelrc(OVERRIDES if overrides is None else overrides))
 
     def run(self, *args: str, check: bool = True, timeout: float = 600,
             env: dict[str, str] | None = None) -> Result:

@@ -94,7 +94,10 @@ def strip_timing(source: Path | bytes, also_config: bool = False) -> list[bytes]
 
 
 def test_load_mode_runs_every_example_with_zero_benchmarks(workspace: Workspace) -> None:
-    workspace.run("test", "//examples/...", "//bazel_fixtures/...")
+    # (bazel_fixtures/ruleset/ holds test_bazel_ruleset_cases.py's cases: they start without
+    # caches on purpose.)
+    workspace.run("test", "--", "//examples/...", "//bazel_fixtures/...",
+                  "-//bazel_fixtures/ruleset/...")
     triton_tests = [t for t in autotuned_tests(workspace, "//examples/...")
                     if t.startswith(f"//{TRITON_PKG}:")]
     assert SHARDED in triton_tests, triton_tests
@@ -161,8 +164,9 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     def env(label: str) -> dict[str, str]:
         return json.loads(workspace.undeclared_output(label, "env_probe.json"))
 
-    triton_cache = "bazel_fixtures/triton_fixture.autotune.textproto"
-    xla_cache = "bazel_fixtures/xla_fixture.autotune.textproto"
+    # TEST_WORKSPACE/ + $(rootpath): an absolute runfiles path once resolved (safe after chdir).
+    triton_cache = "TEST_WORKSPACE/bazel_fixtures/triton_fixture.autotune.textproto"
+    xla_cache = "TEST_WORKSPACE/bazel_fixtures/xla_fixture.autotune.textproto"
     assert env(labels[0]) == {
         "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
                           " --require_complete_autotune_results",
@@ -205,7 +209,7 @@ def test_jax_example_gets_exactly_the_intended_xla_flags(workspace: Workspace) -
         recorded = json.loads(workspace.undeclared_output(label, "recorded_env.json"))
         package, name = label.removeprefix("//").split(":")
         cache = f"{package}/{name}.autotune.textproto"
-        load = (f"--xla_gpu_load_autotune_results_from={cache} "
+        load = (f"--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/{cache} "
                 if (workspace.root / cache).is_file() else "")
         assert recorded == {
             "XLA_FLAGS": f"{load}--xla_gpu_require_complete_aot_autotune_results",
@@ -338,8 +342,9 @@ BAD_MACRO_CALLS = {
     "bad_flags": ('env = {"AUTOTUNE_FLAGS": "--dump_autotune_results_to=/tmp/x"}',
                   'env["AUTOTUNE_FLAGS"] already sets --dump_autotune_results_to'),
     "bad_cache": ('cache = "@other_repo//caches:t.autotune.textproto"',
-                  "is in another repository; .regen can only write caches in this workspace"),
+                  "is in repository @other_repo, not in the test's own repository"),
     "bad_cache_name": ('cache = "noext_cache"', 'cache = "noext_cache" has no file extension'),
+    "bad_runner": ('runner = "unittest"', 'runner = "unittest" is not one of main, pytest'),
     "bad_per_fusion": ('xla_per_fusion_cache_dir = "/tmp/d"',
                        "xla_per_fusion_cache_dir only applies to backend = \"xla\""),
 }

@@ -1,7 +1,11 @@
-"""rules_autotune used as an external repository, as a user's workspace gets it.
+"""rules_autotune used as an external repository, as a WORKSPACE-mode user gets it.
 
+The ruleset copy is exactly a user's checkout (no file added); the user's WORKSPACE has
+local_repository + rules_autotune_dependencies() + install_deps(), as docs/bazel.md says.
 Checks that every label inside the macro resolves to the ruleset's repository (Label()), that
-`<name>.regen` writes into the *user's* source tree, and that the regenerated cache loads.
+`<name>.regen` writes into the *user's* source tree, that the regenerated cache loads, and
+that a test defined in a third repository (@ext_lib) names its own repository in its hint and
+gets a one-sentence refusal from its `.regen` instead of "no such package".
 """
 
 from __future__ import annotations
@@ -33,14 +37,40 @@ autotuned_py_test(
 """
 
 
+EXT_LIB_BUILD = """\
+load("@rules_autotune//rules:defs.bzl", "autotuned_py_test")
+
+autotuned_py_test(
+    name = "lib_test",
+    srcs = ["lib_test.py"],
+    deps = ["@rules_autotune//:autotune_cache"],
+)
+"""
+
+EXT_LIB_TEST = """\
+from autotune_cache import CacheKey, Device, get_cache
+
+get_cache().lookup(CacheKey(kernel="lib_kernel", source_fingerprint="0", configs_fingerprint="1",
+                            problem={"n": 1}, device=Device("cpu", "cpu", 0)))
+"""
+
+
 @pytest.fixture(scope="module")
 def user_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    """A consumer workspace with an `app` package holding one Triton example, no cache yet."""
+    """A consumer workspace with an `app` package holding one Triton example, no cache yet, and
+    a third repository @ext_lib with an autotuned test of its own."""
     bazel = find_bazel()
     if bazel is None:
         pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
     base = tmp_path_factory.mktemp("bazel_external")
-    ws = Workspace.create_consumer(base, base / "output_user_root", bazel)
+    ext_lib = base / "ext_lib"
+    (ext_lib / "lib").mkdir(parents=True)
+    (ext_lib / "WORKSPACE").write_text('workspace(name = "ext_lib")\n')
+    (ext_lib / "lib/BUILD.bazel").write_text(EXT_LIB_BUILD)
+    (ext_lib / "lib/lib_test.py").write_text(EXT_LIB_TEST)
+    ws = Workspace.create_consumer(
+        base, base / "output_user_root", bazel,
+        extra_workspace=f'local_repository(\n    name = "ext_lib",\n    path = "{ext_lib}",\n)\n\n')
     app = ws.root / "app"
     app.mkdir()
     for name in ("example_env.py", "vector_add.py", "vector_add_test.py"):
@@ -68,3 +98,19 @@ def test_user_workspace_regenerates_and_loads_its_cache(user_workspace: Workspac
     ws.run("test", "//app:vector_add_test")
     log = ws.test_log("//app:vector_add_test")
     assert re.search(r"autotune_cache: [1-9]\d* hits, 0 misses, 0 stale, 0 benchmarks", log), log
+
+
+@pytest.mark.bazel
+def test_test_of_another_repository_names_it_in_hint_and_regen(user_workspace: Workspace) -> None:
+    """Bug 3: the hint is `bazel run @ext_lib//lib:lib_test.regen`, and that command explains in
+    one sentence why it does not write @ext_lib's cache (no raw "no such package")."""
+    ws = user_workspace
+    missing = ws.run("test", "@ext_lib//lib:lib_test", check=False)
+    assert missing.returncode == 3, missing.output
+    log = (ws.testlogs / "external/ext_lib/lib/lib_test/test.log").read_text()
+    assert "bazel run @ext_lib//lib:lib_test.regen" in log, log
+    regen = ws.run("run", "@ext_lib//lib:lib_test.regen", check=False)
+    assert regen.returncode == 2, regen.output
+    assert "no such package" not in regen.output, regen.output
+    assert ("@ext_lib//lib:lib_test.dump belongs to repository @ext_lib, and regen_cache writes "
+            "caches only into the main workspace's source tree") in regen.output, regen.output

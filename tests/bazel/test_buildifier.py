@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STARLARK = ("*.bzl", "*.bazel", "WORKSPACE", "*/WORKSPACE", "MODULE.bazel")
+STARLARK = ("*.bzl", "*.bazel", "WORKSPACE", "*/WORKSPACE", "MODULE.bazel", "*/MODULE.bazel")
 
 
 def find_buildifier() -> str | None:

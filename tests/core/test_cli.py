@@ -95,7 +95,7 @@ def test_prune_directory_by_age_and_temp_files(tmp_path):
     old.result.tuned_at = "2020-01-01T00:00:00Z"
     for e in (*H200_ENTRIES, old):
         store.put(e)
-    tmp = store.root / ".tmp-x.textproto.1.abcd"
+    tmp = store.root / f".tmp-{store.path_for(make_key(problem={'M': 5})).name}.1.abcd"
     tmp.write_text("partial")
     os.utime(tmp, (time.time() - 7200,) * 2)
     assert main(["prune", str(store.root), "--older-than=30d"]) == 0

@@ -51,7 +51,7 @@ def test_entry_under_a_foreign_name_is_ignored(tmp_path, caplog):
 def test_temp_files_are_ignored_and_found_for_pruning(tmp_path):
     store = DirectoryStore(tmp_path)
     store.put(fake_tune(make_key()))
-    tmp = tmp_path / ".tmp-abc.textproto.123.dead"
+    tmp = tmp_path / f".tmp-{store.path_for(make_key(problem={'M': 5})).name}.123.dead"
     tmp.write_text("version: 1\nentries { key { kern")
     assert len(store.entries()) == 1
     assert store.temp_files() == []

@@ -22,13 +22,17 @@ PACKAGE = ROOT / "autotune_cache"
 # layer only without a cycle. A module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.errors", "autotune_cache.atomic", "autotune_cache.env",
-     "autotune_cache.proto", "autotune_cache.key"),
+     "autotune_cache.proto", "autotune_cache.key", "autotune_cache.limits",
+     "autotune_cache.safeio", "autotune_cache.locking", "autotune_cache.lease",
+     "autotune_cache.validate"),
     ("autotune_cache.flags", "autotune_cache.formats"),
-    ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.binary_copy"),
+    ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.dumpfile",
+     "autotune_cache.binary_copy"),
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
-    ("autotune_cache.cli", "autotune_cache.triton"),
+    ("autotune_cache.report",),
+    ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest_plugin"),
     ("autotune_cache", "autotune_cache.__main__"),
 )
 

@@ -540,7 +540,7 @@ def test_waiting_on_a_remote_only_lock_reads_the_peers_result(use_cache, fake,
     def remote_lock(key: CacheKey, timeout: float = 0.0):
         yield True  # held on the remote server after the peer released it
 
-    def refresh(key: CacheKey):
+    def refresh(key: CacheKey, candidates=None):
         refreshed.append(key)
         return peer_entry
 

@@ -1,6 +1,6 @@
 """Entry point that autotuned_py_test puts in front of a test's own main, when needed.
 
-Two jobs, chosen by the environment the macro sets:
+Three jobs, chosen by the environment the macro sets:
 
 - `<name>.dump` (AUTOTUNE_DUMP_TARGET set): a dump must see every kernel in one process, so it
   refuses to run as one of several shards. `--test_sharding_strategy=forced=K` overrides the
@@ -15,8 +15,18 @@ Two jobs, chosen by the environment the macro sets:
   protocol (every shard would run everything; Bazel 7+ fails it anyway), or when the main
   split its work itself on top of the wrapper's split (most work would be skipped).
 
-Then it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
-Standard library only: this file is also used when rules_autotune is an external repository.
+- `runner = "pytest"` (AUTOTUNE_TEST_RUNNER=pytest): the main is a pytest-style file. It is
+  run with pytest (see `run_pytest`), with the macro's AUTOTUNE_FLAGS as the autotune_cache
+  plugin's options; a sharded test gets every N-th test item by sorted node id.
+
+Otherwise it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
+Standard library only at import time: this file is also used when rules_autotune is an external
+repository. The pytest branch imports pytest and the plugin, which `runner = "pytest"` targets
+get through //rules/private:pytest_runner.
+
+Why not pytest-bazel (PyPI): it delegates sharding to pytest-shard (last release 2020, hashes
+node ids, so shards are unbalanced or empty) and passes its options even when that is not
+installed. The argument list below follows pytest-bazel's; docs/pytest.md records the choice.
 """
 
 from __future__ import annotations
@@ -31,6 +41,13 @@ from pathlib import Path
 # Exit code for a test that cannot run as configured (distinct from a failing test's 1).
 EXIT_BAD_SETUP = 2
 
+# The variables the macro sets (rules/private/constants.bzl; tests/rules/test_constants.py
+# checks that the names agree).
+TEST_MAIN_ENV = "AUTOTUNE_TEST_MAIN"
+DUMP_TARGET_ENV = "AUTOTUNE_DUMP_TARGET"
+SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
+RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
+
 
 def _total_shards(env: Mapping[str, str]) -> int:
     """TEST_TOTAL_SHARDS as a number (1 when unset)."""
@@ -43,7 +60,7 @@ def _total_shards(env: Mapping[str, str]) -> int:
 
 def sharding_error(env: Mapping[str, str]) -> str | None:
     """The message to print when a `.dump` target runs as one of several shards, else None."""
-    target = env.get("AUTOTUNE_DUMP_TARGET")
+    target = env.get(DUMP_TARGET_ENV)
     total = _total_shards(env)
     if not target or total <= 1:
         return None
@@ -58,7 +75,7 @@ def sharding_error(env: Mapping[str, str]) -> str | None:
 
 def resolve_main(env: Mapping[str, str]) -> Path:
     """The user's test main from AUTOTUNE_TEST_MAIN (a `$(rootpath)`), checked to exist."""
-    raw = env.get("AUTOTUNE_TEST_MAIN", "")
+    raw = env.get(TEST_MAIN_ENV, "")
     if not raw:
         raise SystemExit(
             "autotuned test: AUTOTUNE_TEST_MAIN is not set. autotuned_py_test sets it; run the "
@@ -136,7 +153,7 @@ def sharding_from_env(env: Mapping[str, str]) -> Sharding | None:
         index=index,
         total=total,
         status_file=Path(status) if status else None,
-        split_cases=env.get("AUTOTUNE_SHARD_TEST_CASES", "1") != "0",
+        split_cases=env.get(SHARD_TEST_CASES_ENV, "1") != "0",
     )
 
 
@@ -179,11 +196,11 @@ def finish_sharding(sharding: Sharding, target: str) -> str | None:
     if sharding.split_here and touched:
         return (
             f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
-            f"{sharding.total}) and test_main.py split its unittest test cases, but the test "
-            "also splits its work itself (it touched TEST_SHARD_STATUS_FILE while its cases "
-            "ran, e.g. by filtering on TEST_SHARD_INDEX): shards would skip most of the work. "
-            "Set `shard_test_cases = False` on the autotuned_py_test so that only the test "
-            "splits its work."
+            f"{sharding.total}) and rules_autotune_test_wrapper.py split its unittest test cases, "
+            "but the test also splits its work itself (it touched TEST_SHARD_STATUS_FILE while "
+            "its cases ran, e.g. by filtering on TEST_SHARD_INDEX): shards would skip most of "
+            "the work. Set `shard_test_cases = False` on the autotuned_py_test so that only the "
+            "test splits its work."
         )
     if sharding.split_here:
         if sharding.status_file is not None:
@@ -230,14 +247,128 @@ def script_path_entry(user_main: Path) -> str | None:
     return os.path.abspath(user_main.parent)
 
 
+# ----- runner = "pytest" ------------------------------------------------------------------------
+
+# pytest's exit status when it collected (or kept) no test item.
+PYTEST_NO_TESTS_COLLECTED = 5
+
+
+def pytest_args(user_main: Path, env: Mapping[str, str], extra: list[str],
+                plugin_args: list[str]) -> list[str]:
+    """pytest's command line under Bazel: the main, the plugin's options (from AUTOTUNE_FLAGS),
+    Bazel's test environment (pytest-bazel's list: JUnit XML to XML_OUTPUT_FILE, temp dirs
+    under TEST_TMPDIR, no .pytest_cache in the runfiles, --test_filter as -k, fail-fast), then
+    the target's `args` (`extra`), which may override any of them."""
+    args = [str(user_main), "-p", "autotune_cache.pytest_plugin", *plugin_args,
+            "-p", "no:cacheprovider", "-o", "console_output_style=classic"]
+    workspace = Path(env.get("TEST_SRCDIR", "")) / env.get("TEST_WORKSPACE", "")
+    if env.get("TEST_SRCDIR") and env.get("TEST_WORKSPACE") and workspace.is_dir():
+        # Node ids relative to the workspace (pkg/t_test.py::test_a), whatever ini file pytest
+        # finds above the runfiles.
+        args.append(f"--rootdir={workspace}")
+    if env.get("XML_OUTPUT_FILE"):
+        args.append(f"--junitxml={env['XML_OUTPUT_FILE']}")
+    if env.get("TEST_TMPDIR"):
+        args.append(f"--basetemp={Path(env['TEST_TMPDIR']) / 'pytest'}")
+    if env.get("TESTBRIDGE_TEST_ONLY"):
+        args += ["-k", env["TESTBRIDGE_TEST_ONLY"]]
+    if env.get("TESTBRIDGE_TEST_RUNNER_FAIL_FAST", "0") not in ("", "0"):
+        args.append("--exitfirst")
+    return args + extra
+
+
+def shard_items(items: list, index: int, total: int) -> tuple[list, list]:
+    """This shard's share of pytest's collected items, and the rest.
+
+    Items are sorted by node id and dealt round-robin, so every item runs in exactly one shard
+    and the shards differ by at most one item. The kept items stay in pytest's own order.
+    """
+    ordered = sorted(items, key=lambda item: item.nodeid)
+    mine = {id(item) for item in ordered[index::total]}
+    return ([item for item in items if id(item) in mine],
+            [item for item in items if id(item) not in mine])
+
+
+def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
+    """Runs the pytest-style main with pytest; its exit status (an empty shard's 5 is 0)."""
+    import pytest  # from //rules/private:pytest_runner
+
+    from autotune_cache.errors import AutotuneCacheError
+    from autotune_cache.pytest_plugin import args_from_flags
+
+    try:
+        plugin_args = args_from_flags(os.environ.get("AUTOTUNE_FLAGS", ""), os.environ)
+    except AutotuneCacheError as e:
+        print(f"autotuned test: AUTOTUNE_FLAGS: {e}", file=sys.stderr)
+        return EXIT_BAD_SETUP
+    # `-p autotune_cache.pytest_plugin` below imports the plugin afresh, so that pytest can
+    # rewrite its asserts as for any plugin (it warns about a module imported before it).
+    sys.modules.pop("autotune_cache.pytest_plugin", None)
+
+    class ShardItems:
+        """Keeps this shard's items; runs after -k / -m (--test_filter) have deselected, so a
+        filtered selection is split evenly too."""
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, config: pytest.Config,
+                                          items: list[pytest.Item]) -> None:
+            assert sharding is not None
+            mine, others = shard_items(items, sharding.index, sharding.total)
+            items[:] = mine
+            if others:
+                config.hook.pytest_deselected(items=others)
+            sharding.split_here = True
+            sharding.cases_here = len(mine)
+            print(f"autotuned test: shard {sharding.index + 1} of {sharding.total} runs "
+                  f"{len(mine)} of {len(mine) + len(others)} test item(s)", file=sys.stderr)
+
+    plugins: list[object] = []
+    if sharding is not None and sharding.split_cases:
+        # The wrapper claims the protocol up front, so a collection error is reported as
+        # itself, not as a shard that ignored sharding.
+        if sharding.status_file is not None:
+            sharding.status_file.touch()
+        plugins.append(ShardItems())
+    args = pytest_args(user_main, os.environ, sys.argv[1:], plugin_args)
+    print("autotuned test: pytest " + " ".join(args), file=sys.stderr)
+    code = int(pytest.main(args, plugins=plugins))
+    if (code == PYTEST_NO_TESTS_COLLECTED and sharding is not None and sharding.split_here
+            and sharding.cases_here == 0):
+        print("autotuned test: this shard has no test items (shard_count is larger than the "
+              "number of items); nothing to run", file=sys.stderr)
+        return 0
+    return code
+
+
 def main() -> None:
-    """Checks or installs sharding, then runs the user's main as py_test would have."""
+    """Checks or installs sharding, then runs the user's main as py_test would have (or with
+    pytest, for `runner = "pytest"`)."""
     problem = sharding_error(os.environ)
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_BAD_SETUP)
     user_main = resolve_main(os.environ)
     sharding = sharding_from_env(os.environ)
+    entry = script_path_entry(user_main)
+    if entry is not None:
+        # Python put this wrapper's directory first; the user's main gets its own instead.
+        sys.path[0] = entry
+    if os.environ.get(RUNNER_ENV) == "pytest":
+        if sharding is not None and sharding.status_file is not None:
+            sharding.status_file.unlink(missing_ok=True)
+        code = run_pytest(user_main, sharding)
+        if (sharding is not None and not sharding.split_cases and not sharding.touched
+                and sharding.status_file is not None):
+            # shard_test_cases = False: the tests split their work themselves, and say so.
+            target = os.environ.get("TEST_TARGET", str(user_main))
+            print(f"autotuned test: {target} is sharded (shard {sharding.index + 1} of "
+                  f"{sharding.total}) with runner = \"pytest\" and shard_test_cases = False, "
+                  "but no test touched TEST_SHARD_STATUS_FILE, so every shard would run every "
+                  "item. Remove shard_test_cases = False (the wrapper then deals pytest's items "
+                  "to the shards), or split the work by TEST_SHARD_INDEX / TEST_TOTAL_SHARDS "
+                  "and touch TEST_SHARD_STATUS_FILE.", file=sys.stderr)
+            sys.exit(EXIT_BAD_SETUP)
+        sys.exit(code)
     if sharding is not None:
         # Start from a clean slate, so that the file existing later means this process claimed
         # the protocol (absltest touches it before collecting the tests).
@@ -245,10 +376,6 @@ def main() -> None:
             sharding.status_file.unlink(missing_ok=True)
         if sharding.split_cases:
             install_unittest_sharding(sharding)
-    entry = script_path_entry(user_main)
-    if entry is not None:
-        # Python put this wrapper's directory first; the user's main gets its own instead.
-        sys.path[0] = entry
     sys.argv[0] = str(user_main)
     exit_request: SystemExit | None = None
     try:

@@ -199,3 +199,13 @@ def test_real_gpus_each_job_sees_only_its_own(tmp_path: Path) -> None:
             assert a["end"] <= b["start"] or b["end"] <= a["start"], (a, b)
     print(f"{len(records)} jobs on {len(gpus)} GPU(s): "
           + ", ".join(f"{r['visible']}->{r['uuid'][:8]}" for r in records))
+
+
+def test_remote_executor_and_jobs_flags_delegate_scheduling() -> None:
+    from regen_scheduler import delegated_plan, delegating_flags
+
+    flags = ["--config=gpu", "--remote_executor=grpc://x", "--jobs=8", "--remote_executor="]
+    assert delegating_flags(flags) == ("--remote_executor=grpc://x", "--jobs=8")
+    assert delegating_flags(["--config=gpu"]) == ()
+    plan = delegated_plan(("--jobs=8",))
+    assert plan.bazel_flags == () and plan.gpus == ()

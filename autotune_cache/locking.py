@@ -1,0 +1,138 @@
+"""Cross-process file locks that another user of a shared directory cannot turn into an attack.
+
+Decision (issue 11, CVE-2025-68146 and CVE-2026-22701): lock files live in directories other
+accounts may write (a shared cache directory, the benchmark lock directory under /tmp), so anyone
+there can plant a symlink, a hard link or a directory where a lock file goes. filelock releases
+before 3.20.1 opened lock files with O_TRUNC following symlinks and then chmod-ed them, which let
+such a user empty a victim's file and make it writable. So:
+
+- filelock >= 3.20.3 is required (patched for both CVEs; it installs on Python >= 3.10, every
+  Python this library supports). An older filelock found at run time is never called: the lock is
+  skipped with a warning that names the release to install;
+- a lock directory is used only when it is a real directory (not a link) owned by this account or
+  by root; one that another account owns is never trusted, and a private `<name>-<uid>` directory
+  next to it is used instead;
+- before filelock opens a lock file, whatever is at its path must be nothing or a plain regular
+  file with one link; anything else (symlink, hard link, directory, FIFO) is refused;
+- every failure is a LockError naming the lock file and the fix. Callers then work without the
+  lock (a key may be tuned twice; nothing is lost), because a lock is an optimisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from autotune_cache.atomic import current_umask
+from autotune_cache.errors import LockError
+
+try:  # imported now, not at first use: a dump written at exit must not import at shutdown
+    import filelock
+except ImportError:  # pragma: no cover - depends on the install
+    filelock = None  # type: ignore[assignment]
+
+PATCHED_FILELOCK = (3, 20, 3)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def filelock_problem() -> str | None:
+    """Why the installed filelock must not be used, or None when it is a patched release."""
+    if filelock is None:
+        return ("filelock is not installed; pip install 'filelock>=3.20.3' to share a cache "
+                "directory between processes")
+    version = getattr(filelock, "__version__", "0")
+    if _version_tuple(version) < PATCHED_FILELOCK:
+        return (f"filelock {version} follows symlinks planted at lock paths (CVE-2025-68146, "
+                "CVE-2026-22701); pip install 'filelock>=3.20.3'")
+    return None
+
+
+def _trust_problem(path: Path) -> str | None:
+    """Why `path` cannot serve as our lock directory (after creating it if missing), or None."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        return f"{path}: cannot be created ({e.strerror or e})"
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: cannot be examined ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path}: is a symbolic link, not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path}: is not a directory"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"{path}: belongs to another account (uid {st.st_uid}), so it is not trusted"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path}: is not writable by this account"
+    return None
+
+
+def trusted_lock_dir(parent: Path, name: str) -> Path:
+    """`parent/name` when it is (or can be made) a directory this account or root owns and this
+    account can write; else the private `parent/name-<uid>`; else LockError naming both."""
+    problems = []
+    for candidate in (parent / name, parent / f"{name}-{os.geteuid()}"):
+        problem = _trust_problem(candidate)
+        if problem is None:
+            return candidate
+        problems.append(problem)
+    raise LockError("no usable lock directory: " + "; ".join(problems)
+                    + ". Remove what is in the way, or ask the directory's owner to.")
+
+
+def _check_lock_path(path: Path) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise LockError(f"{path}: cannot be examined ({e.strerror or e})") from e
+    if stat.S_ISLNK(st.st_mode):
+        raise LockError(f"{path}: is a symbolic link, not a lock file (planted by someone who "
+                        "can write the directory?); it is never followed. Remove it.")
+    if not stat.S_ISREG(st.st_mode):
+        raise LockError(f"{path}: is not a regular file, so it is not a lock file; remove it.")
+    if st.st_nlink > 1:
+        raise LockError(f"{path}: has {st.st_nlink} hard links, so it may be another file "
+                        "linked in by someone who can write the directory; remove it.")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout: float, *, mode: int | None = None) -> Iterator[bool]:
+    """Hold the exclusive lock file `path`: yields True once held, False when another process
+    still holds it after `timeout` seconds; LockError when it cannot be taken safely.
+    `mode` is the new lock file's permission bits (default: 0o666 minus the umask)."""
+    problem = filelock_problem()
+    if problem is not None:
+        raise LockError(f"{path}: not locked: {problem}")
+    _check_lock_path(path)
+    assert filelock is not None
+    FileLock, Timeout = filelock.FileLock, filelock.Timeout  # noqa: N806
+
+    lock = FileLock(str(path), mode=0o666 & ~current_umask() if mode is None else mode)
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        yield False
+        return
+    except OSError as e:
+        raise LockError(f"{path}: cannot take the lock ({e.strerror or e}); check the lock "
+                        "directory's owner and permissions.") from e
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(OSError):
+            lock.release()

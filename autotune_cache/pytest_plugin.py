@@ -1,0 +1,534 @@
+"""The pytest plugin: `--autotune-load/-dump/-cache-dir/-require-complete` for plain pytest runs.
+
+Registered through the `pytest11` entry point `autotune_cache.pytest_plugin` (the module's own
+name, so `-p autotune_cache.pytest_plugin` and the entry point are one plugin, never two). It is
+inert unless one of its options is given: without them it registers nothing but the options, and
+AUTOTUNE_FLAGS alone configures the library exactly as outside pytest.
+
+Decisions recorded here (docs/pytest.md explains them to users):
+
+- Each option is the twin of one AUTOTUNE_FLAGS flag (OPTIONS below). Its value is parsed by that
+  flag's own parser, so TEST_UNDECLARED_OUTPUTS_DIR/ and TEST_WORKSPACE/ prefixes and every error
+  message are the flag's; the message is prefixed with the option's name.
+- Options and AUTOTUNE_FLAGS combine: files to load are the union (AUTOTUNE_FLAGS' files first, so
+  an option's file wins on a shared key, as a later file always does); every other twin must
+  agree with AUTOTUNE_FLAGS when both give it, else a usage error names both. AUTOTUNE_FLAGS
+  flags without a twin (cache mode, remote tier, compile workers) apply unchanged.
+- The process-wide cache is configured once at pytest_configure, so a bad flag or a missing file
+  is a usage error before any test runs. Nothing is exported to os.environ: subprocesses that a
+  test starts see AUTOTUNE_FLAGS only (a shared dump path would be clobbered by them).
+- Misses are attributed to the running test by wrapping the configured Cache instance's public
+  `lookup` (the core has no observer hook). Under require-complete a miss raises
+  MissingResultError from the kernel launch, failing that test only; a test that swallows the
+  error is failed after its call with the same message.
+- Under pytest-xdist every worker dumps to its own partial file and the controller merges them.
+  When the run dumps without a cache directory, the workers share a temporary one, so the
+  cross-process tuning lock tunes each key once and every worker's copy of an entry is identical;
+  the merged file is then the same whatever the scheduling. Entries that still differ between
+  workers (e.g. --autotune_cache_mode=read) are refused by name and the partial files are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune_cache import env as autotune_env
+from autotune_cache.cache import Cache, configure
+from autotune_cache.errors import AutotuneCacheError, MissingResultError
+from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags
+from autotune_cache.formats import load_results, save_results
+from autotune_cache.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+
+
+@dataclass(frozen=True)
+class Option:
+    """One pytest option and its AUTOTUNE_FLAGS twin."""
+
+    name: str
+    twin: str
+    dest: str
+    metavar: str | None
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--autotune-load", "load_autotune_results_from", "autotune_load", "PATH[,PATH...]",
+           "results files to load (twin of AUTOTUNE_FLAGS --load_autotune_results_from)"),
+    Option("--autotune-dump", "dump_autotune_results_to", "autotune_dump", "PATH",
+           "write every entry the run used or tuned to PATH, merged across xdist workers "
+           "(twin of --dump_autotune_results_to)"),
+    Option("--autotune-cache-dir", "autotune_cache_dir", "autotune_cache_dir", "DIR",
+           "per-kernel cache directory (twin of --autotune_cache_dir)"),
+    Option("--autotune-require-complete", "require_complete_autotune_results",
+           "autotune_require_complete", None,
+           "a miss fails the test that launched the kernel, with the stale-cache message "
+           "(twin of --require_complete_autotune_results)"),
+)
+_TWIN_FIELD = {f.name: f.field for f in FLAGS}
+assert all(o.twin in _TWIN_FIELD for o in OPTIONS)
+
+# Keys of xdist's workerinput / workeroutput dicts.
+_PARTIALS_KEY = "autotune_cache_partials"
+_SHARED_DIR_KEY = "autotune_cache_shared_dir"
+_OUTPUT_KEY = "autotune_cache"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("autotune_cache", "autotune results cache (see docs/pytest.md)")
+    for o in OPTIONS:
+        if o.metavar is None:
+            group.addoption(o.name, action="store_true", dest=o.dest, default=False, help=o.help)
+        else:
+            group.addoption(o.name, action="store", dest=o.dest, metavar=o.metavar, default=None,
+                            help=o.help)
+
+
+# ----- options <-> AUTOTUNE_FLAGS ----------------------------------------------------------------
+
+
+def _flag_tokens(text: str) -> list[tuple[str, str | None]]:
+    """(name, value) of each flag of an AUTOTUNE_FLAGS string already accepted by parse_flags."""
+    out = []
+    for token in shlex.split(text):
+        name, eq, value = token[2:].partition("=")
+        out.append((name, value if eq else None))
+    return out
+
+
+def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The plugin options equivalent to the twinned flags of an AUTOTUNE_FLAGS string.
+
+    For a wrapper that runs pytest under Bazel (the autotuned_py_test macro passes its flags in
+    AUTOTUNE_FLAGS): `pytest.main([*args_from_flags(os.environ.get("AUTOTUNE_FLAGS", "")), ...])`
+    turns the plugin on with the same settings. AUTOTUNE_FLAGS may stay set: options that repeat
+    its values do not conflict. Flags without a twin are left to AUTOTUNE_FLAGS. A malformed
+    string raises FlagError with parse_flags' message (paths are resolved against `env`).
+    """
+    parse_flags(text, env)
+    by_twin = {o.twin: o for o in OPTIONS}
+    values: dict[str, str | None] = {}
+    for name, value in _flag_tokens(text):
+        if name not in by_twin:
+            continue
+        if by_twin[name].dest == "autotune_load" and values.get(name):
+            # Every --load_autotune_results_from counts, in order, as in parse_flags.
+            values[name] = f"{values[name]},{value}"
+        else:
+            values[name] = value  # parse_flags refused differing repeats of the other flags
+    args = []
+    for twin, value in values.items():
+        option = by_twin[twin]
+        if option.metavar is None:
+            if value is None or value.lower() in ("1", "true", "yes"):
+                args.append(option.name)
+        else:
+            args.append(f"{option.name}={value}")
+    return args
+
+
+def _option_error(option: Option, value: object, error: Exception) -> pytest.UsageError:
+    shown = option.name if value is True else f"{option.name}={value}"
+    return pytest.UsageError(f"{shown} (the pytest twin of {ENV_VAR} --{option.twin}): {error}")
+
+
+def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = None
+                     ) -> tuple[Settings, str]:
+    """Settings from AUTOTUNE_FLAGS combined with the plugin options `values` (keyed by dest),
+    and the combined flags as one AUTOTUNE_FLAGS string (for messages). Raises
+    pytest.UsageError for a bad value or a conflict."""
+    env = autotune_env.environ() if env is None else env
+    env_text = env.get(ENV_VAR, "")
+    try:
+        env_settings = parse_flags(env_text, env)
+    except AutotuneCacheError as e:
+        raise pytest.UsageError(str(e)) from None
+    env_given = {name for name, _ in _flag_tokens(env_text)}
+    changes: dict[str, Any] = {}
+    option_tokens: list[str] = []
+    for option in OPTIONS:
+        value = values.get(option.dest)
+        if value is None or value is False:
+            continue
+        token = f"--{option.twin}" if value is True else f"--{option.twin}={value}"
+        try:
+            mine = getattr(parse_flags(token, env), _TWIN_FIELD[option.twin])
+        except AutotuneCacheError as e:
+            raise _option_error(option, value, e) from None
+        field_name = _TWIN_FIELD[option.twin]
+        theirs = getattr(env_settings, field_name)
+        if field_name == "load_from":
+            # Files AUTOTUNE_FLAGS already loads are not loaded twice; the token names only the
+            # new ones, so that the combined text means exactly these settings.
+            new = [p for p in dict.fromkeys(mine) if p not in theirs]
+            mine = (*theirs, *new)
+            if not new:
+                changes[field_name] = mine
+                continue
+            token = f"--{option.twin}=" + ",".join(str(p) for p in new)
+        elif option.twin in env_given and not _same(theirs, mine):
+            shown = "true" if value is True else value
+            their_text = next((f"--{n}" + (f"={v}" if v is not None else "")
+                               for n, v in reversed(_flag_tokens(env_text)) if n == option.twin))
+            raise pytest.UsageError(
+                f"{option.name}={shown} conflicts with {ENV_VAR} {their_text}: both set "
+                f"--{option.twin}. Give it in one place only (or the same value in both)."
+            )
+        changes[field_name] = mine
+        option_tokens.append(shlex.quote(token))
+    combined_text = " ".join(t for t in (env_text.strip(), " ".join(option_tokens)) if t)
+    return replace(env_settings, **changes), combined_text
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal settings values; paths compare by where they point, not how they are spelt."""
+    if isinstance(a, Path) and isinstance(b, Path):
+        return a == b or a.resolve() == b.resolve()
+    return a == b
+
+
+def active(config: pytest.Config) -> bool:
+    """Whether any of the plugin's options was given."""
+    return any(config.getoption(o.dest) not in (None, False) for o in OPTIONS)
+
+
+# ----- per-test attribution ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One lookup that found no result, and the test that made it."""
+
+    nodeid: str
+    phase: str
+    kernel: str
+    problem: str
+    device: str
+    why: str
+    strict: bool
+    message: str = ""
+
+
+def _why(cache: Cache, key: CacheKey) -> str:
+    """'new', 'candidate list changed', or 'stale: <what differs>' for a missed key."""
+    near = cache.near_misses(key)
+    stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
+             or f.key.device != key.device or f.key.toolchain != key.toolchain]
+    if stale:
+        reasons = sorted({r for f in stale for r in key.stale_reasons(f.key)})
+        return "stale: " + "; ".join(reasons)
+    return "candidate list changed" if near else "new"
+
+
+class MissRecorder:
+    """Records the misses of one Cache per test, through its public `lookup`."""
+
+    def __init__(self) -> None:
+        self.nodeid = ""
+        self.phase = ""
+        self.misses: list[Miss] = []
+        self._lock = threading.Lock()
+
+    def attach(self, cache: Cache) -> None:
+        def observe(key: CacheKey, entry: pb.Entry | None,
+                    error: MissingResultError | None) -> None:
+            if error is not None:
+                self._note(cache, key, strict=True, message=str(error))
+            elif entry is None:
+                self._note(cache, key, strict=False)
+
+        cache.add_listener(observe)
+
+    def _note(self, cache: Cache, key: CacheKey, *, strict: bool, message: str = "") -> None:
+        miss = Miss(self.nodeid or "(outside any test)", self.phase, key.kernel, key.problem,
+                    str(key.device), _why(cache, key), strict, message)
+        with self._lock:
+            self.misses.append(miss)
+
+
+    @contextlib.contextmanager
+    def running(self, nodeid: str, phase: str) -> Iterator[None]:
+        """Attribute the misses made inside the block to test `nodeid` in `phase`."""
+        self.nodeid, self.phase = nodeid, phase
+        try:
+            yield
+        finally:
+            self.phase = ""
+
+
+# ----- summaries ---------------------------------------------------------------------------------
+
+_COUNTERS = ("hits", "misses", "stale", "candidates_changed", "tuned", "peer_results",
+             "benchmarks", "tuning_seconds", "saved_seconds")
+
+
+def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The sum of several processes' Stats.as_dict() counters."""
+    total: dict[str, float] = dict.fromkeys(_COUNTERS, 0)
+    for part in parts:
+        for name in _COUNTERS:
+            total[name] += part.get(name, 0)
+    return total
+
+
+def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]],
+                  workers: int = 0) -> list[str]:
+    """The terminal-summary section: counters, then which tests missed which kernels."""
+    line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses "
+            f"({int(stats['stale'])} stale), {int(stats['benchmarks'])} benchmarks, "
+            f"saved ~{stats['saved_seconds']:.1f} s of tuning")
+    if stats["tuned"]:
+        line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
+    if stats["peer_results"]:
+        line += f", {int(stats['peer_results'])} tuned by another process while this one waited"
+    if workers:
+        line += f" (over {workers} xdist workers)"
+    lines = [line]
+    if misses:
+        lines.append("tests that missed:")
+        seen = set()
+        for m in sorted(misses, key=lambda m: (m["nodeid"], m["kernel"], m["problem"])):
+            text = (f"  {m['nodeid']}: {m['kernel']} [{m['problem']}] on {m['device']}: "
+                    f"{m['why']}{' (failed the test)' if m['strict'] else ''}")
+            if text not in seen:
+                seen.add(text)
+                lines.append(text)
+    return lines
+
+
+# ----- the active plugin -------------------------------------------------------------------------
+
+
+def _usage_error(error: BaseException, combined: str) -> pytest.UsageError:
+    return pytest.UsageError(f"{error}\n(autotune_cache settings: {ENV_VAR}-equivalent "
+                             f"{combined!r})")
+
+
+def _configure_cache(settings: Settings, combined: str) -> Cache:
+    try:
+        return configure(settings)
+    except (AutotuneCacheError, OSError) as e:
+        raise _usage_error(e, combined) from None
+
+
+def _finish_dump(cache: Cache) -> int:
+    """Write the dump now (an empty one too); the number of entries it holds."""
+    path = cache.settings.dump_to
+    if path is None:
+        return 0
+    cache.flush_dump()
+    if not path.exists():
+        save_results(path, [])
+    return len(load_results(path))
+
+
+class RunnerPlugin:
+    """The plugin in a process that runs tests: a plain run, or one pytest-xdist worker."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, combined: str) -> None:
+        self.config = config
+        self.combined = combined
+        self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        if self.workerinput is not None:
+            partials = self.workerinput.get(_PARTIALS_KEY)
+            worker = self.workerinput.get("workerid", "gw")
+            if partials:
+                settings = replace(settings, dump_to=Path(partials) / f"{worker}.binpb")
+            shared = self.workerinput.get(_SHARED_DIR_KEY)
+            if shared:
+                settings = replace(settings, cache_dir=Path(shared))
+        self.cache = _configure_cache(settings, combined)
+        self.recorder = MissRecorder()
+        self.recorder.attach(self.cache)
+        self.dumped = 0
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        with self.recorder.running(item.nodeid, "setup"):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        before = len(self.recorder.misses)
+        with self.recorder.running(item.nodeid, "call"):
+            result = yield
+        strict = [m for m in self.recorder.misses[before:] if m.strict]
+        if strict:
+            # The kernel's MissingResultError was caught inside the test: fail it all the same.
+            pytest.fail("the test caught the stale-cache error of a kernel it launched; under "
+                        "--autotune-require-complete a miss fails the test.\n" + strict[0].message,
+                        pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        with self.recorder.running(item.nodeid, "teardown"):
+            return (yield)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            self.dumped = _finish_dump(self.cache)
+        except (AutotuneCacheError, OSError) as e:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            self.config.stash[_DUMP_ERROR] = str(e)
+        if self.workerinput is not None:
+            self.config.workeroutput[_OUTPUT_KEY] = {  # type: ignore[attr-defined]
+                "stats": self.cache.stats.as_dict(),
+                "misses": [asdict(m) for m in self.recorder.misses],
+            }
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "autotune_cache")
+        misses = [asdict(m) for m in self.recorder.misses]
+        for line in summary_lines(self.cache.stats.as_dict(), misses):
+            tr.write_line(line)
+        error = self.config.stash.get(_DUMP_ERROR, None)
+        if error:
+            tr.write_line(f"dump FAILED: {error}", red=True)
+        elif self.cache.settings.dump_to is not None:
+            tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}")
+
+
+_DUMP_ERROR = pytest.StashKey[str]()
+
+
+@dataclass
+class MergeResult:
+    """What merging the workers' partial dumps did."""
+
+    entries: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    partial_files: list[Path] = field(default_factory=list)
+
+
+def merge_partials(files: Sequence[Path], dump_to: Path) -> MergeResult:
+    """Merge workers' dump files into `dump_to`, or refuse when two workers hold different
+    entries for one key (nothing is written then; the files stay for `autotune-cache merge`)."""
+    result = MergeResult(partial_files=list(files))
+    by_digest: dict[str, tuple[bytes, pb.Entry, Path]] = {}
+    for path in files:
+        for entry in load_results(path):
+            key = CacheKey.from_proto(entry.key)
+            data = entry.SerializeToString(deterministic=True)
+            seen = by_digest.get(key.digest())
+            if seen is None:
+                by_digest[key.digest()] = (data, entry, path)
+            elif seen[0] != data:
+                result.conflicts.append(
+                    f"  {key.kernel} [{key.problem}] on {key.device}: {seen[2].name} and "
+                    f"{path.name} differ")
+    if not result.conflicts:
+        save_results(dump_to, [e for _, e, _ in by_digest.values()])
+        result.entries = len(by_digest)
+    return result
+
+
+class XdistControllerPlugin:
+    """The plugin in pytest-xdist's controller: hands workers their dump and cache paths, sums
+    their counters and merges their dumps."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, combined: str) -> None:
+        self.config = config
+        self.settings = settings
+        self.combined = combined
+        # Check the loads, the directory and the dump (path, Bazel sharding) now, once, as a
+        # usage error. This Cache is not kept: it is never closed, so it writes nothing.
+        try:
+            Cache(settings)
+        except (AutotuneCacheError, OSError) as e:
+            raise _usage_error(e, combined) from None
+        self.partials: Path | None = None
+        self.shared_dir: Path | None = None
+        if settings.dump_to is not None:
+            try:
+                settings.dump_to.parent.mkdir(parents=True, exist_ok=True)
+                self.partials = Path(tempfile.mkdtemp(prefix=f".{settings.dump_to.name}.xdist-",
+                                                      dir=settings.dump_to.parent))
+            except OSError as e:
+                raise _usage_error(OSError(f"--autotune-dump={settings.dump_to}: cannot create "
+                                           f"the workers' partial dumps there ({e})"),
+                                   combined) from None
+            if settings.cache_dir is None:
+                self.shared_dir = self.partials / "shared-cache"
+        self.outputs: list[dict[str, Any]] = []
+        self.merge: MergeResult | None = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_PARTIALS_KEY] = str(self.partials) if self.partials else ""
+        node.workerinput[_SHARED_DIR_KEY] = str(self.shared_dir) if self.shared_dir else ""
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get(_OUTPUT_KEY)
+        if output:
+            self.outputs.append(output)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.partials is None or self.settings.dump_to is None:
+            return
+        files = sorted(self.partials.glob("*.binpb"))
+        try:
+            self.merge = merge_partials(files, self.settings.dump_to)
+        except (AutotuneCacheError, OSError) as e:
+            self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
+        if self.merge.conflicts:
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            shutil.rmtree(self.partials, ignore_errors=True)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "autotune_cache")
+        stats = add_stats(o["stats"] for o in self.outputs)
+        misses = [m for o in self.outputs for m in o["misses"]]
+        for line in summary_lines(stats, misses, workers=len(self.outputs)):
+            tr.write_line(line)
+        if self.merge is None:
+            return
+        dump = self.settings.dump_to
+        if self.merge.conflicts:
+            files = " ".join(shlex.quote(str(p)) for p in self.merge.partial_files)
+            tr.write_line(
+                f"dump REFUSED: the xdist workers recorded different results for the same key, "
+                f"so {dump} would depend on which worker ran which test:", red=True)
+            for line in self.merge.conflicts:
+                tr.write_line(line, red=True)
+            tr.write_line(
+                "Give the workers a shared --autotune-cache-dir in update mode (each key is then "
+                "tuned once), or run the dump with -n 0. The workers' results are kept; merge "
+                f"them by hand with:\n  autotune-cache merge {files} -o {shlex.quote(str(dump))} "
+                "--on-conflict=fastest", red=True)
+        else:
+            tr.write_line(f"dump: wrote {self.merge.entries} entries to {dump} (merged from "
+                          f"{len(self.merge.partial_files)} xdist workers)")
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return False
+    return getattr(config.option, "dist", "no") != "no"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not active(config):
+        return
+    values = {o.dest: config.getoption(o.dest) for o in OPTIONS}
+    settings, combined = resolve_settings(values)
+    plugin: object
+    if _xdist_controller(config):
+        plugin = XdistControllerPlugin(config, settings, combined)
+    else:
+        plugin = RunnerPlugin(config, settings, combined)
+    config.pluginmanager.register(plugin, "autotune_cache-session")

@@ -1,0 +1,211 @@
+"""What the report shows, read from results files and directories of every registered format.
+
+Our own format records every candidate's timing, so each entry becomes a Section with a chart.
+XLA's formats record only the winning config, so their entries are listed as rows without a chart
+(the page says why). A baseline is matched by kernel, problem and device (not by the whole key: a
+regen for a new toolchain or kernel source changes the key but is still "the same" tuning), and a
+Change says whether the winner changed and by how much.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune_cache.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.resultsets.base import Row
+from autotune_cache.resultsets.ours import OurResults, config_summary
+from autotune_cache.resultsets.registry import load_any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One benchmarked config of an entry."""
+
+    config: str
+    time_ms: float | None
+    failure: str
+    winner: bool
+    baseline_winner: bool = False
+
+
+@dataclass(frozen=True)
+class Change:
+    """How an entry differs from its baseline counterpart."""
+
+    kind: str  # "winner changed", "re-timed", "unchanged", "new"
+    old_config: str = ""
+    old_time_ms: float | None = None
+    new_time_ms: float | None = None
+    # The baseline winner's time in the new tuning, when it was benchmarked again.
+    old_winner_now_ms: float | None = None
+
+    @property
+    def percent(self) -> float | None:
+        """New winner time against the baseline's, in percent (negative: faster)."""
+        if self.old_time_ms and self.new_time_ms is not None:
+            return (self.new_time_ms / self.old_time_ms - 1.0) * 100.0
+        return None
+
+    @property
+    def old_winner_slower_percent(self) -> float | None:
+        """How much slower the baseline's winner is than the new winner, timed in one run."""
+        if self.old_winner_now_ms is not None and self.new_time_ms:
+            return (self.old_winner_now_ms / self.new_time_ms - 1.0) * 100.0
+        return None
+
+
+@dataclass
+class Section:
+    """One entry: a kernel and problem on one device and toolchain."""
+
+    anchor: str
+    source: str
+    kernel: str
+    problem: str
+    device: str
+    toolchain: str
+    config: str
+    time_ms: float | None
+    timing_method: str = ""
+    tuned_at: str = ""
+    tuning_seconds: float = 0.0
+    candidates: list[Candidate] = field(default_factory=list)
+    change: Change | None = None
+
+    @property
+    def failed(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.failure]
+
+    @property
+    def charted(self) -> bool:
+        return any(c.time_ms is not None and not c.failure for c in self.candidates)
+
+
+@dataclass
+class FileReport:
+    """One input path: its format, its sections, and counts per device and toolchain."""
+
+    path: str
+    format_name: str
+    sections: list[Section]
+    candidate_timings: bool
+    devices: Counter = field(default_factory=Counter)
+    toolchains: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class Report:
+    """Everything on the page: the files, and what a baseline had that they lack."""
+
+    files: list[FileReport]
+    baselines: list[str] = field(default_factory=list)
+    removed: list[Row] = field(default_factory=list)
+
+    @property
+    def sections(self) -> list[Section]:
+        return [s for f in self.files for s in f.sections]
+
+    def changes(self, kind: str) -> list[Section]:
+        return [s for s in self.sections if s.change is not None and s.change.kind == kind]
+
+
+def _anchor(*parts: str) -> str:
+    return "e-" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12]
+
+
+def _section_from_entry(source: str, entry: pb.Entry) -> Section:
+    key = CacheKey.from_proto(entry.key)
+    result = entry.result
+    winner_text = config_summary(result.config)
+    candidates = []
+    marked = False
+    for timing in result.candidates:
+        text = config_summary(timing.config)
+        is_winner = (not marked and not timing.failure and text == winner_text
+                     and timing.time_ms == result.time_ms)
+        marked = marked or is_winner
+        candidates.append(Candidate(text, None if timing.failure else timing.time_ms,
+                                    timing.failure, is_winner))
+    return Section(
+        anchor=_anchor(source, key.digest()), source=source, kernel=key.kernel,
+        problem=key.problem, device=str(key.device), toolchain=key.toolchain_str,
+        config=winner_text, time_ms=result.time_ms if result.candidates or result.time_ms
+        else None, timing_method=result.timing_method, tuned_at=result.tuned_at,
+        tuning_seconds=result.tuning_seconds, candidates=candidates)
+
+
+def _section_from_row(source: str, row: Row) -> Section:
+    return Section(anchor=_anchor(source, row.id), source=source, kernel=row.kernel,
+                   problem=row.problem, device=row.device, toolchain=row.toolchain,
+                   config=row.config, time_ms=row.time_ms, tuned_at=row.tuned_at)
+
+
+def read_file(path: Path) -> tuple[FileReport, list[Row]]:
+    """The report of one file or directory, and its rows (for baseline matching)."""
+    results = load_any(path)
+    rows = results.rows()
+    if isinstance(results, OurResults):
+        by_id = {r.id: r for r in rows}
+        sections = [_section_from_entry(str(path), results.entries[r.id]) for r in by_id.values()]
+        timings = True
+    else:
+        sections = [_section_from_row(str(path), r) for r in rows]
+        timings = False
+    report = FileReport(str(path), results.format_name, sections, timings,
+                        Counter(r.device for r in rows), Counter(r.toolchain for r in rows))
+    return report, rows
+
+
+def _match_key(kernel: str, problem: str, device: str) -> tuple[str, str, str]:
+    return (kernel, problem, device)
+
+
+def compare(section: Section, old: Row | None) -> Change:
+    """The Change of `section` against its baseline row (None: the entry is new)."""
+    if old is None:
+        return Change("new", new_time_ms=section.time_ms)
+    if old.config == section.config:
+        kind = "unchanged" if old.time_ms == section.time_ms else "re-timed"
+        return Change(kind, old.config, old.time_ms, section.time_ms)
+    now = next((c.time_ms for c in section.candidates
+                if c.config == old.config and not c.failure), None)
+    return Change("winner changed", old.config, old.time_ms, section.time_ms, now)
+
+
+def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) -> list[Row]:
+    """Set every section's Change from the baseline's rows; the baseline rows nothing matched.
+
+    A baseline row is matched by kernel, problem and device; where the baseline has several (one
+    per toolchain, say), the one with the same toolchain is preferred."""
+    pool: dict[tuple[str, str, str], list[Row]] = {}
+    for row in baseline_rows:
+        pool.setdefault(_match_key(row.kernel, row.problem, row.device), []).append(row)
+    matched: set[str] = set()
+    for report in reports:
+        for section in report.sections:
+            rows = pool.get(_match_key(section.kernel, section.problem, section.device), [])
+            old = next((r for r in rows if r.toolchain == section.toolchain), None) or (
+                rows[0] if rows else None)
+            if old is not None:
+                matched.add(old.id)
+            section.change = compare(section, old)
+            if old is not None and section.change.kind == "winner changed":
+                section.candidates = [
+                    Candidate(c.config, c.time_ms, c.failure, c.winner,
+                              baseline_winner=c.config == old.config)
+                    for c in section.candidates]
+    return [r for rows in pool.values() for r in rows if r.id not in matched]
+
+
+def build_reports(paths: Sequence[Path], baselines: Sequence[Path] = ()) -> Report:
+    """The report of `paths`, compared with the pooled entries of `baselines` when given."""
+    report = Report([read_file(Path(p))[0] for p in paths], [str(b) for b in baselines])
+    if baselines:
+        rows = [row for b in baselines for row in read_file(Path(b))[1]]
+        report.removed = apply_baseline(report.files, rows)
+    return report

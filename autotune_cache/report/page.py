@@ -1,0 +1,189 @@
+"""The HTML page: one self-contained file (inline CSS, inline SVG charts, no script, no URL).
+
+Structure, which tests/report/ checks: a header with the inputs and their devices and
+toolchains; with a baseline, a "Changes" table of every winner that changed (old and new config,
+old and new time, and how much slower the old winner is in the new tuning); then one
+<section class="entry"> per entry, with a <dl> of its key, the chart (<figure>), and a table of
+failed candidates with their reasons. Entries of XLA's formats, which record only the winner, are
+a table. Nothing depends on the time of generation, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from autotune_cache.report import charts
+from autotune_cache.report.model import FileReport, Report, Section
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 1em;
+       color: #1d1d1d; }
+h1 { font-size: 1.5em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td { overflow-wrap: anywhere; }
+section.entry { border: 1px solid #ddd; border-radius: 6px; padding: 0.2em 1em 0.8em;
+                margin: 1.2em 0; }
+section.entry h3 { margin: 0.5em 0; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 0 1em; margin: 0.4em 0; }
+dt { color: #555; } dd { margin: 0; }
+figure { margin: 0.5em 0; } figure svg { max-width: 100%; height: auto; }
+.winner { color: #1e7b1e; font-weight: 600; } .failed { color: #b11; }
+.changed { background: #fff4d6; } .faster { color: #1e7b1e; } .slower { color: #b11; }
+.note { color: #555; }
+"""
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g} ms"
+
+
+def _pct(value: float | None) -> str:
+    if value is None:
+        return "—"
+    cls = "faster" if value < 0 else "slower" if value > 0 else ""
+    return f'<span class="{cls}">{value:+.1f}%</span>'
+
+
+def _counts(title: str, counts: dict) -> str:
+    rows = "".join(f"<tr><td>{n}</td><td class=mono>{_e(name or '(none)')}</td></tr>"
+                   for name, n in sorted(counts.items()))
+    return f"<table class=counts><tr><th>entries</th><th>{_e(title)}</th></tr>{rows}</table>"
+
+
+def _header(report: Report) -> str:
+    parts = ["<header><h1>Autotune results</h1><table class=inputs><tr><th>input</th>"
+             "<th>format</th><th>entries</th></tr>"]
+    for f in report.files:
+        parts.append(f"<tr><td class=mono>{_e(f.path)}</td><td>{_e(f.format_name)}</td>"
+                     f"<td>{len(f.sections)}</td></tr>")
+    parts.append("</table>")
+    if report.baselines:
+        parts.append("<p>Baseline: " + ", ".join(f"<code>{_e(b)}</code>"
+                                                 for b in report.baselines) + "</p>")
+    parts.append("</header>")
+    return "".join(parts)
+
+
+def _changes(report: Report) -> str:
+    if not report.baselines:
+        return ""
+    changed = report.changes("winner changed")
+    retimed = report.changes("re-timed")
+    new = report.changes("new")
+    out = [f'<h2 id="changes">Changes against the baseline</h2><p class=summary>'
+           f"{len(changed)} winners changed, {len(retimed)} re-timed, {len(new)} new, "
+           f"{len(report.removed)} removed, {len(report.changes('unchanged'))} unchanged.</p>"]
+    if changed:
+        out.append("<table class=winners-changed><tr><th>kernel [problem]</th><th>device</th>"
+                   "<th>old winner</th><th>new winner</th><th>old time</th><th>new time</th>"
+                   "<th>change</th><th>old winner now</th></tr>")
+        for s in changed:
+            c = s.change
+            assert c is not None
+            now = (f"{_ms(c.old_winner_now_ms)} ({_pct(c.old_winner_slower_percent)} vs new)"
+                   if c.old_winner_now_ms is not None else "not benchmarked")
+            out.append(
+                f'<tr class=changed><td><a href="#{s.anchor}">{_e(s.kernel)}</a> '
+                f"<span class=mono>[{_e(s.problem)}]</span></td><td>{_e(s.device)}</td>"
+                f"<td class=mono>{_e(c.old_config)}</td><td class=mono>{_e(s.config)}</td>"
+                f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
+                f"<td>{_pct(c.percent)}</td><td>{now}</td></tr>")
+        out.append("</table>")
+    if retimed:
+        out.append("<details><summary>Re-timed (same winner)</summary><table class=retimed>"
+                   "<tr><th>kernel [problem]</th><th>old</th><th>new</th><th>change</th></tr>")
+        for s in retimed:
+            c = s.change
+            assert c is not None
+            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.kernel)}</a> '
+                       f"<span class=mono>[{_e(s.problem)}]</span></td>"
+                       f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
+                       f"<td>{_pct(c.percent)}</td></tr>")
+        out.append("</table></details>")
+    if report.removed:
+        out.append("<details><summary>Removed (in the baseline only)</summary>"
+                   "<table class=removed><tr><th>kernel [problem]</th><th>device</th>"
+                   "<th>toolchain</th><th>winner</th></tr>")
+        for r in report.removed:
+            out.append(f"<tr><td>{_e(r.kernel)} <span class=mono>[{_e(r.problem)}]</span></td>"
+                       f"<td>{_e(r.device)}</td><td class=mono>{_e(r.toolchain)}</td>"
+                       f"<td class=mono>{_e(r.config)}</td></tr>")
+        out.append("</table></details>")
+    return "".join(out)
+
+
+def _entry(s: Section) -> str:
+    change = ""
+    if s.change is not None and s.change.kind != "unchanged":
+        c = s.change
+        if c.kind == "winner changed":
+            change = (f"<p class=changed>Winner changed: was <code>{_e(c.old_config)}</code> "
+                      f"at {_ms(c.old_time_ms)}; now {_ms(c.new_time_ms)} ({_pct(c.percent)})."
+                      "</p>")
+        elif c.kind == "re-timed":
+            change = (f"<p>Same winner, re-timed: {_ms(c.old_time_ms)} → {_ms(c.new_time_ms)} "
+                      f"({_pct(c.percent)}).</p>")
+        else:
+            change = "<p>New: not in the baseline.</p>"
+    details = [("device", s.device), ("toolchain", s.toolchain),
+               ("winner", f"{s.config}  ({_ms(s.time_ms)})")]
+    if s.timing_method:
+        details.append(("timing", s.timing_method))
+    if s.tuned_at:
+        details.append(("tuned at", s.tuned_at))
+    if s.tuning_seconds:
+        details.append(("tuning took", f"{s.tuning_seconds:.2f} s"))
+    dl = "".join(f"<dt>{_e(k)}</dt><dd class=mono>{_e(v)}</dd>" for k, v in details)
+    chart = f"<figure>{charts.svg(s)}</figure>" if s.charted else (
+        "<p class=note>No candidate timings recorded.</p>")
+    failed = ""
+    if s.failed:
+        rows = "".join(f"<tr><td class=mono>{_e(c.config)}</td><td class=failed>{_e(c.failure)}"
+                       "</td></tr>" for c in s.failed)
+        failed = (f"<table class=failures><tr><th>failed config</th><th>reason</th></tr>{rows}"
+                  "</table>")
+    return (f'<section class=entry id="{s.anchor}" data-kernel="{_e(s.kernel)}" '
+            f'data-winner="{_e(s.config)}"><h3>{_e(s.kernel)} <span class=mono>'
+            f"[{_e(s.problem)}]</span></h3>{change}<dl>{dl}</dl>{chart}{failed}</section>")
+
+
+def _xla_table(f: FileReport) -> str:
+    rows = []
+    for s in f.sections:
+        changed = s.change is not None and s.change.kind == "winner changed"
+        was = (f"<br><span class=note>was {_e(s.change.old_config)}</span>"
+               if changed and s.change is not None else "")
+        rows.append(f'<tr id="{s.anchor}"{" class=changed" if changed else ""}>'
+                    f"<td class=mono>{_e(s.kernel)}</td><td class=mono>{_e(s.problem)}</td>"
+                    f"<td class=mono>{_e(s.config)}{was}</td><td>{_ms(s.time_ms)}</td></tr>")
+    return ("<p class=note>This format records only the winning config of each fusion, not "
+            "every candidate's time, so there is no chart.</p><table class=xla-entries><tr>"
+            "<th>fusion</th><th>problem</th><th>winner</th><th>time</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _file(f: FileReport) -> str:
+    out = [f'<h2 class=file>{_e(f.path)} <small>({_e(f.format_name)}, {len(f.sections)} '
+           "entries)</small></h2>", '<div class="device-toolchain">',
+           _counts("device", f.devices), _counts("toolchain", f.toolchains), "</div>"]
+    if f.candidate_timings:
+        out.extend(_entry(s) for s in f.sections)
+    else:
+        out.append(_xla_table(f))
+    return "".join(out)
+
+
+def render_html(report: Report) -> str:
+    """The whole page."""
+    body = _header(report) + _changes(report) + "".join(_file(f) for f in report.files)
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            "<meta name=viewport content=\"width=device-width, initial-scale=1\">"
+            "<title>Autotune results</title><style>" + _CSS + "</style></head><body>"
+            + body + "</body></html>\n")

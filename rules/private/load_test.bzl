@@ -1,0 +1,70 @@
+"""The load-mode half of autotuned_py_test: the `<name>` py_test that loads the committed cache."""
+
+load("@rules_python//python:defs.bzl", "py_test")
+load(
+    ":constants.bzl",
+    "AUTOTUNED_TAG",
+    "REGEN_HINT_ENV",
+    "SHARD_TEST_CASES_ENV",
+    "TEST_MAIN_ENV",
+)
+
+def autotuned_load_test(
+        name,
+        srcs,
+        deps,
+        data,
+        env,
+        location,
+        regen_hint,
+        user_main,
+        main,
+        wrapper,
+        always_wrap,
+        shard_test_cases,
+        tags,
+        **kwargs):
+    """Declares `<name>`: the user's test with the committed cache in `data` and the load flags.
+
+    Args:
+      name: the macro's `name`.
+      srcs: the user's srcs.
+      deps: the user's deps.
+      data: the user's data (the cache is appended when it exists).
+      env: the user's env with the load-mode AUTOTUNE_FLAGS / XLA_FLAGS already set.
+      location: the resolved cache (cache_location.bzl).
+      regen_hint: the command that regenerates the cache, for the miss message.
+      user_main: the user's main file (explicit, or the default one).
+      main: the user's `main` attribute, or None.
+      wrapper: the Label of rules_autotune_test_wrapper.py.
+      always_wrap: run the main through the wrapper even when not sharded (`runner =
+        "pytest"`: the wrapper runs pytest).
+      shard_test_cases: the macro's `shard_test_cases`.
+      tags: the user's tags.
+      **kwargs: the remaining py_test attributes.
+    """
+    load_env = dict(env)
+    load_env[REGEN_HINT_ENV] = regen_hint
+    load_kwargs = dict(kwargs)
+    load_srcs = srcs
+    load_data = data + ([location.label] if location.exists else [])
+    if always_wrap or (kwargs.get("shard_count") or 0) > 1:
+        # Sharded: the wrapper gives plain unittest mains (and pytest items) Bazel's sharding
+        # protocol. `runner = "pytest"`: the wrapper runs pytest.
+        load_env[TEST_MAIN_ENV] = "$(rootpath {})".format(user_main)
+        if not shard_test_cases:
+            load_env[SHARD_TEST_CASES_ENV] = "0"
+        load_srcs = srcs + [wrapper]
+        load_data = load_data + [user_main]
+        load_kwargs["main"] = wrapper
+    elif main != None:
+        load_kwargs["main"] = main
+    py_test(
+        name = name,
+        srcs = load_srcs,
+        deps = deps,
+        data = load_data,
+        env = load_env,
+        tags = tags + [AUTOTUNED_TAG],
+        **load_kwargs
+    )

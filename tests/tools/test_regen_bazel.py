@@ -1,0 +1,130 @@
+"""Unit tests of tools/regen_bazel.py: query XML, build events, dump outputs, workspace lookup."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+
+import regen_bazel  # noqa: E402
+
+QUERY_XML = """<?xml version="1.1" encoding="UTF-8" standalone="no"?>
+<query version="2">
+  <rule class="py_test" location="/ws/examples/triton/BUILD.bazel:29:22"
+        name="//examples/triton:matmul_test.dump">
+    <list name="tags">
+      <string value="manual"/><string value="autotune_dump"/>
+      <string value="autotune_cache_path=examples/triton/matmul_test.autotune.textproto"/>
+    </list>
+  </rule>
+  <rule class="py_test" location="/ws/x/BUILD.bazel:1:1" name="@//x:other">
+    <list name="tags"><string value="manual"/></list>
+  </rule>
+</query>
+"""
+
+
+def test_dump_targets_come_from_query_xml() -> None:
+    (target,) = regen_bazel.parse_dump_targets(QUERY_XML)
+    assert target == regen_bazel.DumpTarget(
+        "//examples/triton:matmul_test.dump", "examples/triton/matmul_test.autotune.textproto")
+    assert target.test_label == "//examples/triton:matmul_test"
+    broken = QUERY_XML.replace(
+        '<string value="autotune_cache_path=examples/triton/matmul_test.autotune.textproto"/>', "")
+    with pytest.raises(regen_bazel.RegenError, match="autotune_cache_path="):
+        regen_bazel.parse_dump_targets(broken)
+
+
+def test_statuses_come_from_the_build_event_json(tmp_path: Path) -> None:
+    bep = tmp_path / "bep.json"
+    def summary(label: str, status: str) -> dict:
+        return {"id": {"testSummary": {"label": label}}, "testSummary": {"overallStatus": status}}
+
+    events = [summary("//a:b.dump", "PASSED"), summary("@//a:c.dump", "FAILED"),
+              {"id": {"progress": {}}, "progress": {}}]
+    bep.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    assert regen_bazel.read_test_statuses(bep) == {"//a:b.dump": "PASSED", "//a:c.dump": "FAILED"}
+    assert regen_bazel.read_test_statuses(tmp_path / "absent.json") == {}
+
+
+def test_test_dirs_come_from_the_test_log_uri(tmp_path: Path) -> None:
+    bep = tmp_path / "bep.json"
+    log = "/out/bazel-out/k8-opt/testlogs/a/b%20c.dump/test.log"
+    event = {"id": {"testResult": {"label": "@@//a:b c.dump", "shard": 1}},
+             "testResult": {"testActionOutput": [
+                 {"name": "test.xml", "uri": "file:///elsewhere/test.xml"},
+                 {"name": "test.log", "uri": f"file://{log}"}]}}
+    bep.write_text(json.dumps(event) + "\n")
+    assert regen_bazel.read_test_dirs(bep) == {
+        "//a:b c.dump": Path("/out/bazel-out/k8-opt/testlogs/a/b c.dump")}
+
+
+@pytest.mark.parametrize("layout", ["zipped", "unzipped", "absent"])
+def test_dump_is_read_from_either_outputs_layout(tmp_path: Path, layout: str) -> None:
+    outputs = tmp_path / "examples/triton/t.dump/test.outputs"
+    outputs.mkdir(parents=True)
+    if layout == "zipped":
+        with zipfile.ZipFile(outputs / "outputs.zip", "w") as z:
+            z.writestr("autotune_cache.textproto", b"version: 1\n")
+    elif layout == "unzipped":
+        (outputs / "autotune_cache.textproto").write_bytes(b"version: 1\n")
+    expected = None if layout == "absent" else b"version: 1\n"
+    test_dir = regen_bazel.outputs_dir(tmp_path, "//examples/triton:t.dump")
+    assert regen_bazel.read_dump(test_dir) == expected
+
+
+def test_workspace_is_found_from_bazel_run_or_markers(tmp_path: Path) -> None:
+    (tmp_path / "MODULE.bazel").write_text("")
+    (tmp_path / "a/b").mkdir(parents=True)
+    assert regen_bazel.find_workspace({}, tmp_path / "a/b") == tmp_path
+    assert regen_bazel.find_workspace({"BUILD_WORKSPACE_DIRECTORY": "/w"}, tmp_path) == Path("/w")
+    with pytest.raises(regen_bazel.RegenError, match="pass --workspace"):
+        regen_bazel.find_workspace({}, Path("/"))
+
+
+
+def test_broken_packages_are_named_from_keep_going_errors(tmp_path: Path) -> None:
+    stderr = "\n".join([
+        f"ERROR: {tmp_path}/pkg/broken/BUILD.bazel:1:6: syntax error at 'is'",
+        "ERROR: package contains errors: examples/jax",
+        "ERROR: error loading package 'third': Unable to find package for @x//:y.bzl",
+        "WARNING: --keep_going specified, ignoring errors. Results may be inaccurate",
+        "INFO: not an error line for pkg 'nope'",
+    ])
+    assert regen_bazel.broken_packages(stderr, tmp_path) == (
+        "//examples/jax", "//pkg/broken", "//third")
+
+
+def test_dumps_of_another_repository_are_refused_in_one_sentence() -> None:
+    target = regen_bazel.DumpTarget("@ext//lib:t.dump", "lib/t.autotune.textproto")
+    with pytest.raises(regen_bazel.RegenError) as raised:
+        regen_bazel.check_main_repository([target])
+    message = str(raised.value)
+    assert message.count(". ") == 0 and message.endswith("there).")
+    assert "@ext//lib:t.dump belongs to repository @ext" in message
+    assert "`bazel run //lib:t.regen` there" in message
+    for main in ("//lib:t.dump", "@//lib:t.dump", "@@//lib:t.dump"):
+        regen_bazel.check_main_repository([regen_bazel.DumpTarget(main, "lib/t.textproto")])
+
+
+def test_cache_path_regex_matches_only_that_file() -> None:
+    regex = regen_bazel.cache_path_regex("pkg/a.autotune.textproto")
+    import re as stdlib_re
+
+    assert stdlib_re.search(regex, "[autotune_cache_path=pkg/a.autotune.textproto, manual]")
+    assert not stdlib_re.search(regex, "[autotune_cache_path=pkg/aXautotune.textproto]")
+    assert not stdlib_re.search(regex, "[autotune_cache_path=pkg/a.autotune.textproto.pb]")
+
+
+def test_backend_tag_is_read_from_the_query() -> None:
+    xml = QUERY_XML.replace('<string value="autotune_dump"/>',
+                            '<string value="autotune_dump"/>'
+                            '<string value="autotune_backend=xla"/>', 1)
+    backends = {t.label: t.backend for t in regen_bazel.parse_dump_targets(xml)}
+    assert "xla" in backends.values()
