@@ -166,9 +166,9 @@ class Bazel:
         """The argv of `bazel <startup flags> <verb> <args>`."""
         return [self.binary, *self.startup_flags, verb, *args]
 
-    def capture(self, verb: str, *args: str) -> str:
-        """Runs a query-like command and returns its stdout; raises RegenError on failure."""
-        argv = self.command(verb, *args)
+    def _run_captured(self, argv: list[str], ok: tuple[int, ...]) -> subprocess.CompletedProcess:
+        """Runs `argv` with its output captured; raises RegenError when Bazel is missing and
+        BazelCommandError when it exits with a code not in `ok`."""
         try:
             done = subprocess.run(
                 argv, cwd=self.workspace, capture_output=True, text=True, check=False
@@ -177,34 +177,25 @@ class Bazel:
             raise RegenError(
                 f"Bazel binary {self.binary!r} not found; pass --bazel=PATH (bazel or bazelisk)."
             ) from None
-        if done.returncode != 0:
+        if done.returncode not in ok:
             raise BazelCommandError(
                 f"`{' '.join(argv)}` failed (exit {done.returncode}) in {self.workspace}:\n"
                 f"{done.stderr.strip()}",
                 done.returncode,
             )
-        return done.stdout
+        return done
+
+    def capture(self, verb: str, *args: str) -> str:
+        """Runs a query-like command and returns its stdout; raises RegenError on failure."""
+        return self._run_captured(self.command(verb, *args), ok=(0,)).stdout
 
     def query(self, *args: str) -> Query:
         """`bazel query --keep_going <args>`: packages that fail to load are reported, not fatal.
 
         Raises BazelCommandError when the query failed as a whole (not exit 0 or 3).
         """
-        argv = self.command("query", "--keep_going", *args)
-        try:
-            done = subprocess.run(
-                argv, cwd=self.workspace, capture_output=True, text=True, check=False
-            )
-        except FileNotFoundError:
-            raise RegenError(
-                f"Bazel binary {self.binary!r} not found; pass --bazel=PATH (bazel or bazelisk)."
-            ) from None
-        if done.returncode not in (0, BAZEL_PARTIAL_SUCCESS):
-            raise BazelCommandError(
-                f"`{' '.join(argv)}` failed (exit {done.returncode}) in {self.workspace}:\n"
-                f"{done.stderr.strip()}",
-                done.returncode,
-            )
+        done = self._run_captured(self.command("query", "--keep_going", *args),
+                                  ok=(0, BAZEL_PARTIAL_SUCCESS))
         if not done.returncode:
             return Query(done.stdout)
         # Bazel's own errors, so that "see above" in the summary points somewhere.
