@@ -189,15 +189,15 @@ def valid_flags_text() -> str:
     return "\n".join(lines)
 
 
-def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from an AUTOTUNE_FLAGS string; bad flags raise FlagError listing valid ones."""
-    env = environment.environ() if env is None else env
+def split_flags(text: str) -> list[tuple[str, str, str | None]]:
+    """(token, name, value or None) of each flag of an AUTOTUNE_FLAGS string, in order; the one
+    tokenizer for the variable (parse_flags, the pytest plugin). Raises FlagError for text that
+    cannot be split or a token that is not a --flag."""
     try:
         tokens = shlex.split(text)
     except ValueError as e:
         raise FlagError(f"{ENV_VAR}={text!r}: cannot split into flags ({e})") from None
-    values: dict[str, object] = {}
-    given: dict[str, str] = {}
+    out: list[tuple[str, str, str | None]] = []
     for token in tokens:
         if not token.startswith("--"):
             raise FlagError(
@@ -205,10 +205,20 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
                 + valid_flags_text()
             )
         name, eq, value = token[2:].partition("=")
+        out.append((token, name, value if eq else None))
+    return out
+
+
+def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from an AUTOTUNE_FLAGS string; bad flags raise FlagError listing valid ones."""
+    env = environment.environ() if env is None else env
+    values: dict[str, object] = {}
+    given: dict[str, str] = {}
+    for token, name, value in split_flags(text):
         flag = _BY_NAME.get(name)
         if flag is None:
             raise FlagError(f"{ENV_VAR}: unknown flag --{name}.\n" + valid_flags_text())
-        parsed = flag.parse(name, value if eq else None, env)
+        parsed = flag.parse(name, value, env)
         if flag.field == "load_from":
             # Repeating the load flag loads every file, in order (the last wins on a key).
             values[flag.field] = (*values.get(flag.field, ()), *parsed)  # type: ignore[misc]

@@ -45,7 +45,7 @@ import pytest
 from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, configure
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
-from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags
+from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags, split_flags
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -99,11 +99,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _flag_tokens(text: str) -> list[tuple[str, str | None]]:
     """(name, value) of each flag of an AUTOTUNE_FLAGS string already accepted by parse_flags."""
-    out = []
-    for token in shlex.split(text):
-        name, eq, value = token[2:].partition("=")
-        out.append((name, value if eq else None))
-    return out
+    return [(name, value) for _, name, value in split_flags(text)]
 
 
 def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str]:
