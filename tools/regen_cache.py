@@ -60,7 +60,7 @@ from regen_scheduler import (
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import is_text_path, serialize_results
-from autotune_cache.resultsets.registry import load_any
+from autotune_cache.resultsets.registry import loads
 
 PIN_SCRIPT = Path(__file__).resolve().with_name("regen_gpu_pin.py")
 
@@ -159,18 +159,11 @@ def union_of_dumps(dumps: list[bytes]) -> bytes:
     entry wins when two tests dumped the same key). One dump is returned byte for byte."""
     if len(dumps) == 1:
         return dumps[0]
-    with tempfile.TemporaryDirectory(prefix="regen_union_") as scratch:
-        sets = []
-        for index, data in enumerate(dumps):
-            path = Path(scratch) / f"dump{index}.textproto"
-            path.write_bytes(data)
-            sets.append(load_any(path))
-        merged = sets[0]
-        for other in sets[1:]:
-            merged = merged.merge(other, prefer_other=set())
-        out = Path(scratch) / "union.textproto"
-        merged.save(out)
-        return out.read_bytes()
+    sets = [loads(data, ".textproto") for data in dumps]
+    merged = sets[0]
+    for other in sets[1:]:
+        merged = merged.merge(other, prefer_other=set())
+    return merged.dumps(".textproto")
 
 
 def regenerate_group(
