@@ -217,7 +217,7 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
     print("== E: hit path of a tiny kernel", flush=True)
     out["launch"] = run.run("E launch", [
         sys.executable, str(BENCH / "triton_launch_overhead.py"),
-        "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "7"],
+        "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "21"],
         run.env("", fresh("launch")))
     if not args.skip_quality:
         print("== D: quality of the winners", flush=True)

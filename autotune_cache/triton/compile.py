@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 
 # Longest failure reason we record, so one ptxas dump cannot bloat a results file.
@@ -113,7 +114,7 @@ def failure_reason(error: BaseException) -> str:
 
 def _launch_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
     call = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-    call.update(config.all_kwargs())
+    call.update(launch_kwargs(config))
     return call
 
 

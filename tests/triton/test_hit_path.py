@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from autotune_cache.triton.launch import launch_kwargs as launch_kwargs_of
 from autotune_cache.triton.problem import triton_style_key
 from tests.triton import kernels
 
@@ -22,7 +23,7 @@ def test_the_fast_key_resolves_to_tritons_memo(use_cache, fake):
     assert fast == kernel._fast_key(args)
     assert memo == triton_style_key(kernel.arg_names, kernel.keys,
                                     dict(zip(kernel.arg_names, args, strict=False)))
-    assert kernel.cache[memo] is config and launch_kwargs == config.all_kwargs()
+    assert kernel.cache[memo] is config and launch_kwargs == launch_kwargs_of(config)
 
 
 def test_hits_launch_the_winner_and_follow_retuning(use_cache, fake):
@@ -116,3 +117,49 @@ def test_loaded_winners_are_preloaded_once_and_awaited_on_a_hit(use_cache, fake,
     kernels.launch_add(kernel, n=100)
     assert Jit.preloaded == ['{"name": "add_kernel"}']
     assert list(kernel._preloads) == [CacheKey.from_proto(entry.key).digest()]
+
+
+def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path, monkeypatch):
+    """Two loaded problems whose winners record the same specialization share one background
+    compile, and both keys await that one; the driver is started once, before the threads (a
+    stand-in here: there is no driver under the interpreter)."""
+    from autotune_cache import CacheKey
+    from autotune_cache.formats import save_results
+    from autotune_cache.triton import autotuner
+
+    use_cache()
+    fake(TABLE)
+    tuned = kernels.tuned_add()
+    entries = []
+    for n in (100, 300):
+        kernels.launch_add(tuned, n=n)
+        entry = tuned.last_entry
+        entry.result.triton_specialization = '{"name": "add_kernel"}'
+        entries.append(entry)
+    path = tmp_path / "r.textproto"
+    save_results(path, entries)
+    use_cache(load_from=(path,))
+    kernel = kernels.tuned_add()
+    assert kernel.source_fingerprint
+
+    class Jit:
+        preloaded: list[str] = []
+
+        def preload(self, spec):
+            self.preloaded.append(spec)
+
+        def run(self, *args, **kwargs):
+            return kernels.add_kernel.run(*args, **kwargs)
+
+    started = []
+    monkeypatch.setattr(kernel, "fn", Jit())
+    monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
+    monkeypatch.setattr(autotuner, "_start_driver", lambda: started.append(True))
+    for n in (100, 300):
+        out, expected = kernels.launch_add(kernel, n=n)
+        torch.testing.assert_close(out, expected)
+    assert Jit.preloaded == ['{"name": "add_kernel"}']
+    digests = [CacheKey.from_proto(e.key).digest() for e in entries]
+    assert sorted(kernel._preloads) == sorted(digests)
+    assert kernel._preloads[digests[0]] is kernel._preloads[digests[1]]
+    assert started == [True]
