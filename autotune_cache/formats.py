@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from google.protobuf import message, text_format
 
+from autotune_cache import native_text
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.key import CacheKey
@@ -75,6 +76,12 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
     """Parse `data` as a `cls` message; errors name `path` and `what` kind of file it is."""
     msg = cls()
     kind = "text" if text else "binary"
+    if text and (binary := native_text.text_to_binary(data, cls, path)) is not None:
+        try:  # protoc parsed it (a large file): the binary is the same message, built in C++
+            msg.ParseFromString(binary)
+            return msg
+        except message.DecodeError:
+            msg.Clear()
     try:
         if text:
             text_format.Parse(data.decode("utf-8"), msg)
