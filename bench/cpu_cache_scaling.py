@@ -24,7 +24,8 @@ versions), as text and as binary, and a cache directory, then measures:
 
 Times are the best of --reps runs (wall clock, and CPU time of this process: the CI machine
 is shared, so wall time there includes other jobs' load); the CLI is one run each. Files over
-formats.MAX_FILE_BYTES are refused by the library and reported as such, not measured.
+limits.MAX_TEXT_BYTES (text) or formats.MAX_FILE_BYTES (binary) are refused by the library and
+reported as such, not measured.
 Writes OUT_DIR/cpu_cache_scaling.json and OUT_DIR/cpu_cache_scaling.md. --smoke runs a tiny
 version (sizes 20 and 60, 2 and 4 candidates), for CI: it checks the script, not the speed.
 """
@@ -53,6 +54,7 @@ from autotune_cache import Cache, Settings, binary_copy, env  # noqa: E402
 from autotune_cache.dirstore import DirectoryStore  # noqa: E402
 from autotune_cache.formats import FORMAT_VERSION, MAX_FILE_BYTES  # noqa: E402
 from autotune_cache.key import CacheKey, Device  # noqa: E402
+from autotune_cache.limits import MAX_TEXT_BYTES  # noqa: E402
 from autotune_cache.proto import autotune_results_pb2 as pb  # noqa: E402
 from autotune_cache.tiers import DirectoryTier  # noqa: E402
 
@@ -171,8 +173,9 @@ def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> di
     reps = args.reps
     hits = [key_of(i) for i in range(0, n, max(1, n // 1000))]
 
-    if row["text_bytes"] > MAX_FILE_BYTES:
-        row["text"] = f"refused: {row['text_bytes']:,} bytes > the {MAX_FILE_BYTES:,}-byte cap"
+    text_cap = min(MAX_TEXT_BYTES, MAX_FILE_BYTES)
+    if row["text_bytes"] > text_cap:
+        row["text"] = f"refused: {row['text_bytes']:,} bytes > the {text_cap:,}-byte text cap"
     else:
         if n <= args.parse_limit:
             row["load_text_parse"] = timed(with_env("off", load(text)), 1)
@@ -204,7 +207,7 @@ def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> di
         row["dir_miss_us"] = round(timed(lambda: tier.get(absent), reps)["wall_s"] * 1e6, 1)
         row["dir_near_miss_scan"] = timed(lambda: list(tier.same_problem(absent)), reps)
 
-    if row["text_bytes"] <= MAX_FILE_BYTES and row["binary_bytes"] <= MAX_FILE_BYTES:
+    if row["text_bytes"] <= text_cap and row["binary_bytes"] <= MAX_FILE_BYTES:
         log = work / "cli.log"
         other = work / f"other-{n}-{candidates}.pb"  # binary: diff and merge read a 2nd file
         write_file(other, max(1, n - 1), candidates)
@@ -290,6 +293,7 @@ def main() -> int:
                    f"average {os.getloadavg()[0]:.1f} at start",
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "max_file_bytes": MAX_FILE_BYTES,
+        "max_text_bytes": MAX_TEXT_BYTES,
         "rows": [],
     }
     with tempfile.TemporaryDirectory(prefix="cache-scaling-") as tmp:
