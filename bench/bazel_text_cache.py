@@ -195,7 +195,8 @@ def main() -> int:
             action = action_seconds(profile)
             result["one_time"] = {"wall_s": round(time.perf_counter() - started, 3),
                                   "action_s": None if action is None else round(action, 3),
-                                  "copy_bytes": sum(p.stat().st_size for p in copies)}
+                                  "copy_bytes": sum(p.stat().st_size for p in copies
+                                                    if p.suffix == ".binpb")}
             runs: dict[str, list[dict]] = {"copy": [], "previous": []}
             for rep in range(args.reps):
                 for name, target in (("copy", "load_test"), ("previous", "previous_test")):

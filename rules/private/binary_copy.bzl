@@ -16,9 +16,12 @@ treats as read-only: it never writes, cleans or touches a copy there).
 
 Decisions:
 - The tool skips files under the library's MIN_BYTES (they parse in milliseconds; the loader
-  never looks for their copy) and files it cannot read or parse: it then leaves the directory
-  empty and says why, and the test parses the file itself and reports any problem the usual way
-  (with the regen hint). A broken cache never breaks the build, and `.regen` still runs.
+  never looks for their copy) and files it cannot read or parse (it prints why), and the test
+  parses the file itself and reports any problem the usual way (with the regen hint). A broken
+  cache never breaks the build, and `.regen` still runs.
+- The directory always holds a README.txt saying what it holds: Bazel 4.2.3 leaves an empty
+  output directory out of the test's runfiles tree, and a variable naming a missing directory
+  would puzzle whoever debugs the test.
 - The copy is derived: `.dump` and `.regen` neither use nor build it.
 """
 
@@ -43,7 +46,8 @@ autotune_binary_copy = rule(
     doc = """The binary copy of one results file, in a directory (a tree artifact).
 
 The directory holds `<sha256>-<text|binary>.binpb` as `autotune_cache.binary_copy.make_copy`
-writes it, or nothing when the file is under MIN_BYTES or cannot be read (the tool prints why).
+writes it (none when the file is under MIN_BYTES or cannot be read: the tool prints why), and
+a README.txt saying which.
 Point `AUTOTUNE_BINARY_CACHE_DIR` at it (`TEST_WORKSPACE/$(rootpath <this target>)`) in a test
 that loads the same file; autotuned_py_test does this for its `cache`.""",
     attrs = {

@@ -343,6 +343,8 @@ def test_large_text_cache_is_read_through_the_build_actions_copy(workspace: Work
         copies, report = run_copy_test(ws, tmp_path, "first")
         assert [c["remoteCacheHit"] for c in copies] == [False], copies
         assert report["copy_dir"] == f"TEST_WORKSPACE/{COPY_PKG}/binary_copy_test.binary_copy"
+        (copy,) = [f for f in report["copy_dir_files"] if f != "README.txt"]
+        assert re.fullmatch(r"[0-9a-f]{64}-text\.binpb", copy), report
         assert_read_through_copy(ws, report, 400)
 
         source.write_bytes(original_source + b"# an edit of the test, not of its cache\n")
@@ -385,7 +387,8 @@ def test_own_binary_cache_dir_wins_and_test_env_overrides(workspace: Workspace,
 
 def test_small_or_broken_cache_gets_no_copy_and_the_test_reports_the_file(
         workspace: Workspace, tmp_path: Path) -> None:
-    """Under MIN_BYTES: an empty copy directory, the test parses the small file, no warning.
+    """Under MIN_BYTES: no copy (the directory in the runfiles holds only its README.txt), the
+    test parses the small file, no warning.
     A damaged file: the build still succeeds (the tool says why it made no copy) and the test
     fails with the library's message naming the committed file."""
     ws = workspace
@@ -394,8 +397,7 @@ def test_small_or_broken_cache_gets_no_copy_and_the_test_reports_the_file(
     _, report = run_copy_test(ws, tmp_path, "small")
     assert report["files"][0]["entries"] == 5 and not report["files"][0]["from_copy"], report
     assert "WARNING autotune_cache: no binary copy" not in ws.test_log(COPY_LABEL)
-    built = ws.root / "bazel-bin" / COPY_PKG / "binary_copy_test.binary_copy"
-    assert built.is_dir() and not list(built.iterdir())
+    assert report["copy_dir_files"] == ["README.txt"], report
 
     cache.write_text("this is not a results file\n" * 20000)
     result = ws.run("test", COPY_LABEL, check=False)

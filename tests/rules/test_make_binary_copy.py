@@ -1,6 +1,6 @@
 """rules/private/make_binary_copy.py, the action of `<name>.binary_copy`: it writes the copy the
-loader looks for, leaves the directory empty for a small file, and never fails the build for a
-cache the test itself should report (the real Bazel run is in tests/bazel/)."""
+loader looks for, no copy for a small file, a README.txt saying which, and never fails the build
+for a cache the test itself should report (the real Bazel run is in tests/bazel/)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ def test_a_large_file_gets_the_copy_the_loader_reads(tmp_path, name):
     out = tmp_path / "out" / "t_test.binary_copy"
     assert TOOL.main([str(path), str(out)]) == 0
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert [p.name for p in out.iterdir()] == [f"{sha}-{kind}.binpb"]
+    assert {p.name for p in out.iterdir()} == {"README.txt", f"{sha}-{kind}.binpb"}
+    assert (out / "README.txt").read_text().startswith(
+        f"{sha}-{kind}.binpb: the binary copy of {path}\n")
     with env.use({env.AUTOTUNE_BINARY_CACHE_DIR: str(out)}):
         loaded = binary_copy.load_file(path)
     assert loaded.from_copy and len(loaded) == LARGE[kind]
@@ -55,7 +57,8 @@ def test_a_small_file_leaves_the_directory_empty(tmp_path, capsys):
     path = results(tmp_path / "t_test.autotune.textproto", 3)
     out = tmp_path / "out"
     assert TOOL.main([str(path), str(out)]) == 0
-    assert out.is_dir() and not list(out.iterdir())
+    assert [p.name for p in out.iterdir()] == ["README.txt"]
+    assert "under binary_copy.MIN_BYTES" in (out / "README.txt").read_text()
     assert capsys.readouterr().err == ""
 
 
@@ -67,7 +70,8 @@ def test_a_broken_cache_does_not_fail_the_build(tmp_path, capsys, problem):
         path.write_text("not a results file\n" * 20000)
     out = tmp_path / "out"
     assert TOOL.main([str(path), str(out)]) == 0
-    assert out.is_dir() and not list(out.iterdir())
+    assert [p.name for p in out.iterdir()] == ["README.txt"]
+    assert (out / "README.txt").read_text().startswith(f"no binary copy of {path}")
     err = capsys.readouterr().err
     assert str(path) in err and "no binary copy made" in err, err
 
