@@ -199,7 +199,8 @@ def autotuned_py_test(
     load flag (with `require_complete` the first lookup fails and prints the regen hint).
 
     Args:
-      name: name of the load-mode test; also the prefix of `<name>.dump` and `<name>.regen`.
+      name: name of the load-mode test; also the prefix of `<name>.dump`, `<name>.regen` and
+        `<name>.binary_copy`.
       srcs: Python sources, as for py_test. `main` must be among them; by default it is the
         one whose path ends in `<name>.py` (e.g. `tests/<name>.py`), as for py_test.
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
