@@ -24,7 +24,13 @@ Decisions:
   error (a read-only home, a sandbox).
 - Files under MIN_BYTES get no copy: they parse in milliseconds.
 - Under Bazel a test's HOME is its private TEST_TMPDIR, so a copy would not outlive the test;
-  there the build should make the binary (docs/benchmarks.md, "Loading large text caches").
+  there the build makes it: autotuned_py_test's `<name>.binary_copy` action runs `make_copy`
+  and the test gets AUTOTUNE_BINARY_CACHE_DIR=TEST_WORKSPACE/<its runfiles path>. A
+  `TEST_WORKSPACE/` directory (resolved under $TEST_SRCDIR, as the load flag is, so a chdir is
+  harmless) is the build's output: it is only read, never written, cleaned or touched (a
+  touch would change a Bazel output), and a missing or damaged copy there is a warning, since
+  the test then pays the full parse. When the prefix cannot be resolved (no TEST_SRCDIR),
+  copies are off for the process: they are an optimisation, never an error.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from google.protobuf import message
 
 from autotune_cache import env
 from autotune_cache.atomic import write_atomic
-from autotune_cache.errors import CorruptFileError
+from autotune_cache.errors import CorruptFileError, PathPrefixError
+from autotune_cache.flags import WORKSPACE_PREFIX, resolve_path
 from autotune_cache.formats import (
     MAX_FILE_BYTES,
     is_text_path,
@@ -69,16 +76,39 @@ MAX_AGE_S = 30 * 24 * 3600.0
 SCHEMA_SHA256 = hashlib.sha256(pb.DESCRIPTOR.serialized_pb).hexdigest()
 
 
-def copy_dir() -> Path | None:
-    """Where binary copies live, or None when they are off."""
+@dataclass(frozen=True)
+class CopyDir:
+    """Where binary copies are looked for, and whether this process may write there."""
+
+    path: Path
+    # False for the build's directory (a TEST_WORKSPACE/ path): read it, never change it.
+    writable: bool = True
+
+
+def copy_location() -> CopyDir | None:
+    """Where binary copies live (module docstring), or None when they are off."""
     configured = env.get(env.AUTOTUNE_BINARY_CACHE_DIR).strip()
     if env.parse_bool(configured) is False:
         return None
+    if configured.startswith(WORKSPACE_PREFIX):
+        try:
+            resolved = resolve_path(configured, env.AUTOTUNE_BINARY_CACHE_DIR, env.environ(),
+                                    create_parent=False)
+        except PathPrefixError as e:
+            log.debug("autotune_cache: binary copies off: %s", e)
+            return None
+        return CopyDir(resolved, writable=False)
     if configured:
-        return Path(configured)
+        return CopyDir(Path(configured))
     xdg = env.get(env.XDG_CACHE_HOME)
     base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "autotune_cache" / "binary"
+    return CopyDir(base / "autotune_cache" / "binary")
+
+
+def copy_dir() -> Path | None:
+    """Where binary copies live, or None when they are off."""
+    where = copy_location()
+    return None if where is None else where.path
 
 
 def _content_crc32(digests: list[str], entries: list[bytes]) -> int:
@@ -145,13 +175,25 @@ class LoadedFile:
                 yield got
 
 
-def _read_copy(path: Path, source_sha: str, copy: Path) -> LoadedFile | None:
+# What a missing or damaged copy in the build's directory costs, for the warning.
+_BUILD_COPY = ("(the build's `.binary_copy` output, AUTOTUNE_BINARY_CACHE_DIR); parsing the "
+               "file itself, which is slow for a large file")
+
+
+def _read_copy(path: Path, source_sha: str, copy: Path, *, prepared: bool = False
+               ) -> LoadedFile | None:
+    """The copy's entries when it is valid for `source_sha`, else None. `prepared`: the
+    build's read-only directory: its copy is not touched, and a problem is a warning."""
     try:
         data = read_capped(copy)  # a regular file only, bounded (safeio)
     except FileNotFoundError:
+        if prepared:
+            log.warning("autotune_cache: no binary copy of %s in %s %s", path, copy.parent,
+                        _BUILD_COPY)
         return None
     except (CorruptFileError, OSError) as e:
-        log.debug("autotune_cache: cannot read the binary copy %s of %s: %s", copy, path, e)
+        log.log(logging.WARNING if prepared else logging.DEBUG,
+                "autotune_cache: cannot read the binary copy %s of %s: %s", copy, path, e)
         return None
     msg = binary_copy_pb2.BinaryCopy()
     try:
@@ -163,11 +205,16 @@ def _read_copy(path: Path, source_sha: str, copy: Path) -> LoadedFile | None:
     if (msg is None or msg.version != COPY_VERSION or msg.schema_sha256 != SCHEMA_SHA256
             or msg.source_sha256 != source_sha or len(digests) != len(entries)
             or msg.content_crc32 != _content_crc32(digests, entries)):
-        log.info("autotune_cache: ignoring the damaged or outdated binary copy %s of %s",
-                 copy, path)
+        if prepared:
+            log.warning("autotune_cache: ignoring the damaged or outdated binary copy %s of %s "
+                        "%s", copy, path, _BUILD_COPY)
+        else:
+            log.info("autotune_cache: ignoring the damaged or outdated binary copy %s of %s",
+                     copy, path)
         return None
-    with contextlib.suppress(OSError):
-        os.utime(copy)  # used: keep it from the age-based clean-up
+    if not prepared:
+        with contextlib.suppress(OSError):
+            os.utime(copy)  # used: keep it from the age-based clean-up
     return LoadedFile(path, dict(zip(digests, entries, strict=True)), from_copy=True)
 
 
@@ -211,8 +258,10 @@ def _parse_file(path: Path, data: bytes) -> LoadedFile:
 
 def make_copy(path: Path | str, directory: Path | str) -> Path:
     """Write the binary copy of `path` into `directory` (whatever the file's size) and return
-    it: for a build action that prepares copies ahead of the tests (docs/benchmarks.md), whose
-    tests then load `path` with AUTOTUNE_BINARY_CACHE_DIR=`directory`."""
+    it: for a build action that prepares copies ahead of the tests (autotuned_py_test's
+    `<name>.binary_copy`, rules/private/make_binary_copy.py), whose tests then load `path` with
+    AUTOTUNE_BINARY_CACHE_DIR=`directory`. Raises the library's errors for a file that cannot
+    be read or parsed."""
     path, directory = Path(path), Path(directory)
     data = read_results_file(path)
     source_sha = hashlib.sha256(data).hexdigest()
@@ -251,17 +300,20 @@ def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     and parsed only when there is no valid copy, and the copy written then is keyed by the
     bytes actually parsed."""
     path = Path(path)
-    directory = copy_dir() if use_copy else None
+    where = copy_location() if use_copy else None
     kind = "text" if is_text_path(path) else "binary"
-    if directory is not None:
+    if where is not None:
         source_sha = _hash_regular_file(path, kind)
         if source_sha:
-            loaded = _read_copy(path, source_sha, directory / f"{source_sha}-{kind}{COPY_SUFFIX}")
+            copy = where.path / f"{source_sha}-{kind}{COPY_SUFFIX}"
+            loaded = _read_copy(path, source_sha, copy, prepared=not where.writable)
             if loaded is not None:
+                log.debug("autotune_cache: loaded %s (%d entries) from its binary copy %s",
+                          path, len(loaded), copy)
                 return loaded
     data = read_results_file(path)
     loaded = _parse_file(path, data)
-    if directory is not None and len(data) >= MIN_BYTES:
+    if where is not None and where.writable and len(data) >= MIN_BYTES:
         source_sha = hashlib.sha256(data).hexdigest()
-        _write_copy(path, source_sha, directory / f"{source_sha}-{kind}{COPY_SUFFIX}", loaded)
+        _write_copy(path, source_sha, where.path / f"{source_sha}-{kind}{COPY_SUFFIX}", loaded)
     return loaded

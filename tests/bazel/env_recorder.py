@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-RECORDED = ("AUTOTUNE_FLAGS", "XLA_FLAGS", "AUTOTUNE_REGEN_HINT")
+RECORDED = ("AUTOTUNE_FLAGS", "XLA_FLAGS", "AUTOTUNE_REGEN_HINT", "AUTOTUNE_BINARY_CACHE_DIR")
 
 
 def main(argv: list[str]) -> int:

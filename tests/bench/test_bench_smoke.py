@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bazel.harness import find_bazel
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -69,3 +71,22 @@ def test_gpu_perf_smoke(tmp_path):
     assert [r[0] for r in rows[1:]] == ["C", "D", "A", *(["A2"] if "A2" in summary else []),
                                         "B", "E"]
     assert (out / "gpu_perf_logs.txt").stat().st_size > 0
+
+
+@pytest.mark.bazel
+def test_bazel_text_cache_smoke(tmp_path):
+    """Real Bazel 4.2.3: the copy test read the build action's copy, the previous one parsed."""
+    if find_bazel() is None:
+        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
+    out = tmp_path / "out"
+    run("bazel_text_cache.py", out, tmp_path)
+    result = json.loads((out / "bazel_text_cache.json").read_text())
+    assert (result["entries"], result["candidates"], result["reps"]) == (300, 2, 1)
+    (copy,), (previous,) = result["copy"]["runs"], result["previous"]["runs"]
+    assert copy["from_copy"] and not previous["from_copy"]
+    assert copy["entries"] == previous["entries"] == 300
+    for run_ in (copy, previous):
+        assert run_["load_s"] > 0 and run_["bazel_test_s"] is not None and run_["wall_s"] > 0
+    assert result["one_time"]["action_s"] > 0 and result["one_time"]["copy_bytes"] > 0
+    rows = table_rows((out / "bazel_text_cache.md").read_text())
+    assert [len(r) for r in rows] == [5, 5, 5]

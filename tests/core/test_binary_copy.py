@@ -169,3 +169,86 @@ def test_a_prepared_copy_in_a_read_only_directory_is_used(tmp_path, monkeypatch)
         assert loaded.from_copy and len(loaded) == 3 and loaded.path == path
     finally:
         prepared.chmod(0o755)
+
+
+# ----- the build's directory: autotuned_py_test's `<name>.binary_copy` in the runfiles -----------
+
+@pytest.fixture
+def runfiles(tmp_path, monkeypatch):
+    """A test's runfiles as `bazel test` lays them out: the committed text file and the build's
+    copy directory under $TEST_SRCDIR/$TEST_WORKSPACE/pkg, AUTOTUNE_BINARY_CACHE_DIR as the
+    macro sets it, and a working directory elsewhere (the test may chdir)."""
+    package = tmp_path / "runfiles" / "my_ws" / "pkg"
+    package.mkdir(parents=True)
+    path = committed(package, name="t_test.autotune.textproto")
+    prepared = package / "t_test.binary_copy"
+    binary_copy.make_copy(path, prepared)
+    old = time.time() - 3600
+    for p in prepared.iterdir():
+        os.utime(p, (old, old))
+    monkeypatch.setenv("TEST_SRCDIR", str(tmp_path / "runfiles"))
+    monkeypatch.setenv("TEST_WORKSPACE", "my_ws")
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", "TEST_WORKSPACE/pkg/t_test.binary_copy")
+    monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    return path, prepared
+
+
+def snapshot(directory):
+    """Every file of a directory with its bytes and mtime."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime) for p in directory.iterdir()}
+
+
+def test_the_builds_copy_is_found_through_test_workspace_and_never_touched(runfiles):
+    path, prepared = runfiles
+    before = snapshot(prepared)
+    where = binary_copy.copy_location()
+    assert where == binary_copy.CopyDir(prepared, writable=False)
+    loaded = binary_copy.load_file(path)
+    assert loaded.from_copy and len(loaded) == len(KEYS) and loaded.path == path
+    cache = Cache(Settings(load_from=(path,), require_complete=True))
+    assert cache.memory.get(KEYS[3]).origin == str(path)
+    assert snapshot(prepared) == before  # not even the mtime a user's copy gets on use
+
+
+@pytest.mark.parametrize("problem", ["damaged", "stale", "missing"])
+def test_a_bad_copy_in_the_builds_directory_falls_back_to_the_text_and_writes_nothing(
+        runfiles, caplog, problem):
+    """Damaged bytes, a copy of other content under this file's hash (stale), or no copy: the
+    test parses the committed file, with a warning naming it and the build's directory, gets
+    every entry with the file as origin, and leaves the directory exactly as it was."""
+    path, prepared = runfiles
+    (copy,) = prepared.iterdir()
+    if problem == "damaged":
+        copy.write_bytes(copy.read_bytes()[:-7])
+    elif problem == "stale":
+        other = committed(path.parent.parent, KEYS[:2], "other.textproto")
+        stale = binary_copy.make_copy(other, path.parent.parent / "other_copy")
+        copy.write_bytes(stale.read_bytes())
+    else:
+        copy.unlink()
+    before = snapshot(prepared)
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        cache = Cache(Settings(load_from=(path,), require_complete=True))
+    (loaded,) = cache.memory.loaded
+    assert not loaded.from_copy and len(loaded) == len(KEYS)
+    assert cache.lookup(KEYS[5]).result.tuning_seconds == 5.0
+    assert cache.memory.get(KEYS[5]).origin == str(path)
+    assert str(path) in caplog.text and "the build's `.binary_copy` output" in caplog.text
+    assert snapshot(prepared) == before
+
+
+def test_an_unresolvable_test_workspace_prefix_turns_copies_off(tmp_path, monkeypatch):
+    """Outside `bazel test` (no TEST_SRCDIR) the macro's value cannot be resolved: copies are
+    an optimisation, so they are off, and the file still loads."""
+    monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
+    monkeypatch.delenv("TEST_SRCDIR", raising=False)
+    monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", "TEST_WORKSPACE/pkg/t_test.binary_copy")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert binary_copy.copy_location() is None
+    path = committed(tmp_path)
+    assert len(binary_copy.load_file(path)) == len(KEYS)
+    assert not (tmp_path / "home").exists()
