@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from autotune_cache import AutotuneCacheError, Cache, Settings, parse_flags
+from autotune_cache import AutotuneCacheError, Cache, Settings, native_text, parse_flags
 from autotune_cache.cli import main as cli_main
 from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import parse_results, serialize_results
@@ -29,7 +29,7 @@ from tests.reliability.conftest import ROOT
 
 NIGHTLY = os.environ.get("AUTOTUNE_FUZZ", "") == "nightly"
 # Quick mode: about 900 cases in all. Nightly: 9 properties x 1,200 = 10,800 cases.
-QUICK_EXAMPLES = {"fast": 150, "files": 60, "cli": 40}
+QUICK_EXAMPLES = {"fast": 150, "files": 60, "cli": 40, "protoc": 20}
 NIGHTLY_EXAMPLES = 1200
 
 
@@ -97,6 +97,40 @@ def test_results_reader_on_mutated_files(spec):
     data = mutate(SEEDS[name], changes, cut, insert)
     with contextlib.suppress(AutotuneCacheError):
         parse_results(data, name)
+
+
+TEXT_SEEDS = sorted(n for n in SEEDS if n.endswith(".textproto"))
+TEXT_CLASSES = {"ours.textproto": pb.AutotuneResultsFile}
+
+
+def _text_class(name: str) -> type:
+    from autotune_cache.xla.proto import xla_autotuner_pb2, xla_autotuning_pb2
+
+    return TEXT_CLASSES.get(name) or (xla_autotuning_pb2.AutotuneResults if "legacy" in name
+                                      else xla_autotuner_pb2.AutotuneCache)
+
+
+@pytest.mark.skipif(not native_text.available(), reason="grpcio-tools (fast-text) not installed")
+@examples("protoc")
+@given(st.sampled_from(TEXT_SEEDS), flips, st.integers(0, 200), st.binary(max_size=16))
+def test_protoc_and_pythons_parser_agree_on_mutated_text(name, changes, cut, insert):
+    """native_text is only a fast path: whatever the Python parser accepts, protoc must build
+    the same message from; whatever it refuses, protoc must refuse too (one process each)."""
+    from google.protobuf import text_format
+
+    cls = _text_class(name)
+    data = mutate(SEEDS[name], changes, cut, insert)
+    python = cls()
+    try:
+        text_format.Parse(data.decode("utf-8"), python)
+    except (text_format.ParseError, UnicodeDecodeError):
+        python = None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native_text, "MIN_BYTES", 0)
+        binary = native_text.text_to_binary(data, cls, name)
+    native = None if binary is None else cls.FromString(binary)
+    assert (native is None) == (python is None), (name, data[:300])
+    assert native == python
 
 
 @examples("files")
