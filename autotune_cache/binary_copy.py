@@ -22,7 +22,9 @@ Decisions:
   else ~/.cache/autotune_cache/binary; `off` disables them. They are written atomically; copies
   unused for MAX_AGE_S are deleted when a new one is written. Failing to write one is not an
   error (a read-only home, a sandbox).
-- Files under MIN_BYTES get no copy: they parse in milliseconds.
+- Files under MIN_BYTES (16 KiB) get no copy: they parse in about 10 ms. The bound was 256 KiB
+  until the H200 profile of scenario B (issue 13) showed a 56 kB results file (3 entries of 48
+  candidates) costing 80 ms of Python parsing in every test process.
 - Under Bazel a test's HOME is its private TEST_TMPDIR, so a copy would not outlive the test;
   there the build makes it: autotuned_py_test's `<name>.binary_copy` action runs `make_copy`
   and the test gets AUTOTUNE_BINARY_CACHE_DIR=TEST_WORKSPACE/<its runfiles path>. A
@@ -68,8 +70,8 @@ log = logging.getLogger("autotune_cache")
 
 COPY_VERSION = 2
 COPY_SUFFIX = ".binpb"
-# Files smaller than this parse in milliseconds and get no copy.
-MIN_BYTES = 256 * 1024
+# Files smaller than this parse in about 10 ms and get no copy.
+MIN_BYTES = 16 * 1024
 # Copies nobody has used for this long are deleted when a new copy is written.
 MAX_AGE_S = 30 * 24 * 3600.0
 
