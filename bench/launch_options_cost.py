@@ -18,23 +18,13 @@ import sys
 import time
 import timeit
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), ".."), os.path.dirname(__file__)]
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+from triton_launch_overhead import CONFIGS, N, add  # noqa: E402  (the same kernel and configs)
 
 from autotune_cache.triton import autotune  # noqa: E402
-
-N = 1024
-CONFIGS = [triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256, 512, 1024)]
-
-
-@triton.jit
-def add(x, y, out, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
 def main() -> int:

@@ -82,48 +82,23 @@ def test_compiles_started_are_attributed_to_the_candidate_being_specialised():
         knobs.runtime.jit_cache_hook = None
 
 
-def test_loaded_winners_are_preloaded_once_and_awaited_on_a_hit(use_cache, fake, tmp_path,
-                                                                monkeypatch):
-    """On a GPU the loaded winner's recorded specialization is compiled in the background at
-    the first launch and awaited by its hit; here a stand-in JIT function records the calls."""
-    from autotune_cache import CacheKey
-    from autotune_cache.formats import save_results
-    from autotune_cache.triton import autotuner
+class StubJit:
+    """Stands in for the JIT function on a GPU: records preloads, launches the real kernel."""
 
-    use_cache()
-    fake(TABLE)
-    tuned = kernels.tuned_add()
-    kernels.launch_add(tuned, n=100)
-    entry = tuned.last_entry
-    entry.result.triton_specialization = '{"name": "add_kernel"}'
-    path = tmp_path / "r.textproto"
-    save_results(path, [entry])
-    use_cache(load_from=(path,))
-    kernel = kernels.tuned_add()
-    assert kernel.source_fingerprint  # computed from the real function before the swap
+    def __init__(self) -> None:
+        self.preloaded: list[str] = []
 
-    class Jit:
-        preloaded: list[str] = []
+    def preload(self, spec: str) -> None:
+        self.preloaded.append(spec)
 
-        def preload(self, spec):
-            self.preloaded.append(spec)
-
-        def run(self, *args, **kwargs):
-            return kernels.add_kernel.run(*args, **kwargs)
-
-    monkeypatch.setattr(kernel, "fn", Jit())
-    monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
-    kernels.launch_add(kernel, n=100)
-    kernels.launch_add(kernel, n=100)
-    assert Jit.preloaded == ['{"name": "add_kernel"}']
-    assert list(kernel._preloads) == [CacheKey.from_proto(entry.key).digest()]
+    def run(self, *args, **kwargs):
+        return kernels.add_kernel.run(*args, **kwargs)
 
 
-def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path, monkeypatch):
-    """Two loaded problems whose winners record the same specialization share one background
-    compile, and both keys await that one; the driver is started once, before the threads (a
-    stand-in here: there is no driver under the interpreter)."""
-    from autotune_cache import CacheKey
+def loaded_kernel(use_cache, fake, tmp_path, monkeypatch, problems):
+    """A fresh tuner over a results file whose winners (one per problem size) record the same
+    specialization, with its JIT function swapped for a StubJit; returns it, the entries and
+    the stub."""
     from autotune_cache.formats import save_results
     from autotune_cache.triton import autotuner
 
@@ -131,7 +106,7 @@ def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path
     fake(TABLE)
     tuned = kernels.tuned_add()
     entries = []
-    for n in (100, 300):
+    for n in problems:
         kernels.launch_add(tuned, n=n)
         entry = tuned.last_entry
         entry.result.triton_specialization = '{"name": "add_kernel"}'
@@ -140,25 +115,40 @@ def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path
     save_results(path, entries)
     use_cache(load_from=(path,))
     kernel = kernels.tuned_add()
-    assert kernel.source_fingerprint
-
-    class Jit:
-        preloaded: list[str] = []
-
-        def preload(self, spec):
-            self.preloaded.append(spec)
-
-        def run(self, *args, **kwargs):
-            return kernels.add_kernel.run(*args, **kwargs)
-
-    started = []
-    monkeypatch.setattr(kernel, "fn", Jit())
+    assert kernel.source_fingerprint  # computed from the real function before the swap
+    stub = StubJit()
+    monkeypatch.setattr(kernel, "fn", stub)
     monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
+    return kernel, entries, stub
+
+
+def test_loaded_winners_are_preloaded_once_and_awaited_on_a_hit(use_cache, fake, tmp_path,
+                                                                monkeypatch):
+    """On a GPU the loaded winner's recorded specialization is compiled in the background at
+    the first launch and awaited by its hit; here a stand-in JIT function records the calls."""
+    from autotune_cache import CacheKey
+
+    kernel, (entry,), stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100])
+    kernels.launch_add(kernel, n=100)
+    kernels.launch_add(kernel, n=100)
+    assert stub.preloaded == ['{"name": "add_kernel"}']
+    assert list(kernel._preloads) == [CacheKey.from_proto(entry.key).digest()]
+
+
+def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path, monkeypatch):
+    """Two loaded problems whose winners record the same specialization share one background
+    compile, and both keys await that one; the driver is started once, before the threads (a
+    stand-in here: there is no driver under the interpreter)."""
+    from autotune_cache import CacheKey
+    from autotune_cache.triton import autotuner
+
+    kernel, entries, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
+    started = []
     monkeypatch.setattr(autotuner, "_start_driver", lambda: started.append(True))
     for n in (100, 300):
         out, expected = kernels.launch_add(kernel, n=n)
         torch.testing.assert_close(out, expected)
-    assert Jit.preloaded == ['{"name": "add_kernel"}']
+    assert stub.preloaded == ['{"name": "add_kernel"}']
     digests = [CacheKey.from_proto(e.key).digest() for e in entries]
     assert sorted(kernel._preloads) == sorted(digests)
     assert kernel._preloads[digests[0]] is kernel._preloads[digests[1]]
