@@ -1,10 +1,11 @@
 """Loading results files fast: a binary copy of each large file, keyed by the file's SHA-256.
 
 Committed results files stay text, for review; parsing a 10,000-entry text file with protobuf's
-pure-Python text parser takes tens of seconds (a few with protoc's C++ parser: native_text.py). So the first load of a large file (text or binary)
-writes a binary copy of it to the user's cache directory, named by the SHA-256 of the file's
-bytes; every later load of the same bytes reads the copy instead: one hash of the file, one
-binary parse of a flat message, no per-entry work.
+pure-Python text parser takes tens of seconds (a few with protoc's C++ parser: native_text.py).
+So the first load of a large file (text or binary) writes a binary copy of it to the user's
+cache directory, named by the SHA-256 of the file's bytes; every later load of the same bytes
+reads the copy instead: one hash of the file, one binary parse of a flat message, no per-entry
+work.
 
 Decisions:
 - The copy is keyed by content, never by path or time: an edited file has another hash and
