@@ -13,8 +13,10 @@ Decisions:
   module, a timeout, a crash) the caller parses with Python, whose error message names the line
   and column. The message protoc produced is the same message Python's parser builds
   (tests/core/test_native_text.py compares them).
-- protoc gets the message's schema as a descriptor set written from the generated module's
-  descriptors, so no .proto file has to be found at run time.
+- protoc gets the message's schema as a descriptor set written from the generated modules'
+  descriptors, so no .proto file has to be found at run time; it includes the types the file's
+  `google.protobuf.Any` fields name (XLA's files have them), looked up in the descriptor pool
+  as Python's parser looks them up.
 - It runs in a child process (protoc reads stdin and writes stdout), under the parent's
   `sys.path`, with a timeout.
 - Where grpc_tools is missing, a text file of at least HINT_BYTES (several seconds of Python
@@ -23,10 +25,12 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,8 +59,14 @@ def available() -> bool:
     return importlib.util.find_spec("grpc_tools") is not None
 
 
-def _descriptor_set(cls: type[message.Message]) -> bytes:
-    """A FileDescriptorSet with `cls`'s file and every file it imports, imports first."""
+# A google.protobuf.Any's type URL, in the text (`type_url: "…/pkg.Msg"` or `[…/pkg.Msg] {`).
+_ANY_TYPE = re.compile(rb"type\.googleapis\.com/([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def _descriptor_set(cls: type[message.Message], data: bytes = b"") -> bytes:
+    """A FileDescriptorSet with `cls`'s file, the files of the message types `data`'s Any
+    fields name (Python's parser finds those in its descriptor pool; protoc only knows what it
+    is given), and every file they import, imports first."""
     files: list[descriptor_pb2.FileDescriptorProto] = []
     seen: set[str] = set()
 
@@ -71,6 +81,11 @@ def _descriptor_set(cls: type[message.Message]) -> bytes:
         files.append(proto)
 
     add(cls.DESCRIPTOR.file)
+    pool = cls.DESCRIPTOR.file.pool
+    for name in sorted(set(_ANY_TYPE.findall(data))):
+        # A type unknown here too: both parsers refuse the file.
+        with contextlib.suppress(KeyError, UnicodeDecodeError):
+            add(pool.FindMessageTypeByName(name.decode()).file)
     return descriptor_pb2.FileDescriptorSet(file=files).SerializeToString()
 
 
@@ -91,7 +106,7 @@ def text_to_binary(data: bytes, cls: type[message.Message], path: object) -> byt
         return None
     with tempfile.TemporaryDirectory(prefix="autotune-protoc-") as tmp:
         descriptors = Path(tmp) / "schema.pb"
-        descriptors.write_bytes(_descriptor_set(cls))
+        descriptors.write_bytes(_descriptor_set(cls, data))
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]),

@@ -121,3 +121,23 @@ def test_small_files_never_start_protoc(tmp_path, python_parses, monkeypatch):
     assert path.stat().st_size < native_text.MIN_BYTES
     parse_results(path.read_bytes(), path)
     assert len(python_parses) == 1
+
+
+@needs_protoc
+def test_xla_files_whose_any_fields_name_other_types_go_through_protoc(any_size, python_parses):
+    """XLA's legacy results file packs each result's backend config in a google.protobuf.Any;
+    protoc resolves its type from the descriptor set as Python does from its pool."""
+    from pathlib import Path
+
+    from autotune_cache.xla.proto import xla_autotuner_pb2, xla_autotuning_pb2
+
+    assert xla_autotuner_pb2.BackendConfig  # the Any's type, in this process's pool
+    path = Path(__file__).parents[1] / "fixtures" / "xla_h200_jax0.11.2" / "legacy.textproto"
+    data = path.read_bytes()
+    assert b"type.googleapis.com/xla.autotuner.BackendConfig" in data
+    native = formats.parse_message(data, xla_autotuning_pb2.AutotuneResults, path, text=True,
+                                   what="XLA autotune results file")
+    assert python_parses == []
+    python = xla_autotuning_pb2.AutotuneResults()
+    text_format.Parse(data.decode(), python)
+    assert native == python
