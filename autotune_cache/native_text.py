@@ -11,8 +11,10 @@ Decisions:
   when grpc_tools is importable; otherwise, and for smaller files, the Python parser runs.
 - protoc is only a fast path, never the authority: on any failure (a syntax error, a missing
   module, a timeout, a crash) the caller parses with Python, whose error message names the line
-  and column. The message protoc produced is the same message Python's parser builds
-  (tests/core/test_native_text.py compares them).
+  and column. Whatever protoc accepts, Python's parser accepts and builds the same message from
+  (tests/core/test_native_text.py; a fuzz property in tests/reliability/test_fuzz.py); protoc
+  is stricter in places (a raw NUL byte in a string), and there Python decides. Bytes that are
+  not UTF-8 never reach protoc (it would take them inside strings; Python refuses the file).
 - protoc gets the message's schema as a descriptor set written from the generated modules'
   descriptors, so no .proto file has to be found at run time; it includes the types the file's
   `google.protobuf.Any` fields name (XLA's files have them), looked up in the descriptor pool
@@ -103,6 +105,10 @@ def text_to_binary(data: bytes, cls: type[message.Message], path: object) -> byt
                         "(grpcio-tools) parses it about 10x faster, and a binary copy "
                         "(`autotune-cache convert`) loads in milliseconds.", path,
                         len(data) // 1_000_000)
+        return None
+    try:  # Python's path reads text as UTF-8; protoc would take other bytes in strings
+        data.decode("utf-8")
+    except UnicodeDecodeError:
         return None
     with tempfile.TemporaryDirectory(prefix="autotune-protoc-") as tmp:
         descriptors = Path(tmp) / "schema.pb"

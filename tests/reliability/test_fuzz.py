@@ -106,17 +106,25 @@ TEXT_CLASSES = {"ours.textproto": pb.AutotuneResultsFile}
 def _text_class(name: str) -> type:
     from autotune_cache.xla.proto import xla_autotuner_pb2, xla_autotuning_pb2
 
-    return TEXT_CLASSES.get(name) or (xla_autotuning_pb2.AutotuneResults if "legacy" in name
-                                      else xla_autotuner_pb2.AutotuneCache)
+    if name in TEXT_CLASSES:
+        return TEXT_CLASSES[name]
+    if name.startswith("fusion_legacy"):  # XLA's per-fusion files hold one AutotuneResult
+        return xla_autotuning_pb2.AutotuneResult
+    if "legacy" in name:
+        return xla_autotuning_pb2.AutotuneResults
+    return xla_autotuner_pb2.AutotuneCache
 
 
 @pytest.mark.skipif(not native_text.available(), reason="grpcio-tools (fast-text) not installed")
 @examples("protoc")
 @given(st.sampled_from(TEXT_SEEDS), flips, st.integers(0, 200), st.binary(max_size=16))
 @example("legacy.textproto", [], 0, b"")  # found by the nightly run: an Any's type, unresolved
+@example("legacy.textproto", [(32, 0)], 0, b"")  # a raw NUL in a string: only Python takes it
+@example("fusion_legacy.textproto", [(17, 128)], 0, b"")  # not UTF-8: protoc took it
 def test_protoc_and_pythons_parser_agree_on_mutated_text(name, changes, cut, insert):
-    """native_text is only a fast path: whatever the Python parser accepts, protoc must build
-    the same message from; whatever it refuses, protoc must refuse too (one process each)."""
+    """native_text is only a fast path: whatever protoc accepts, Python's parser must accept
+    and build the same message from. Where protoc refuses, Python's parser decides (protoc is
+    stricter in places, e.g. a raw NUL byte in a string), so the caller falls back to it."""
     from google.protobuf import text_format
 
     cls = _text_class(name)
@@ -129,9 +137,11 @@ def test_protoc_and_pythons_parser_agree_on_mutated_text(name, changes, cut, ins
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(native_text, "MIN_BYTES", 0)
         binary = native_text.text_to_binary(data, cls, name)
-    native = None if binary is None else cls.FromString(binary)
-    assert (native is None) == (python is None), (name, data[:300])
-    assert native == python
+    if binary is not None:
+        assert python is not None, (name, data[:300])
+        assert cls.FromString(binary) == python
+    if not changes and not cut and not insert:  # an unmutated seed takes the fast path
+        assert binary is not None, name
 
 
 @examples("files")
