@@ -14,15 +14,22 @@ output directory out of a test's runfiles tree). No copy is made:
   the regen hint, and `.regen` (which never depends on this action) can fix it. This tool only
   prints why it made no copy.
 Anything else (a bug, a full disk) fails the action.
+
+A large text file is parsed by protoc's C++ parser when grpcio-tools is on the tool's path (the
+`@rules_autotune//:fast_text` label flag), else by protobuf's Python parser, about 10x slower;
+then the tool prints how to set the flag (the library's own hint names pip, which is not how a
+Bazel user adds it, so the library's warnings are silenced here).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
-from autotune_cache import binary_copy
+from autotune_cache import binary_copy, native_text
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.formats import is_text_path
 
 README = "README.txt"
 
@@ -39,6 +46,11 @@ def write_copy(source: Path, out_dir: Path) -> str:
     if size < binary_copy.MIN_BYTES:
         return (f"no binary copy of {source}: {size} bytes, under binary_copy.MIN_BYTES "
                 f"({binary_copy.MIN_BYTES}); the test parses it in milliseconds")
+    if size >= native_text.MIN_BYTES and is_text_path(source) and not native_text.available():
+        print(f"make_binary_copy: parsing {source} ({size // 1_000_000} MB of text) with "
+              "protobuf's Python parser; with grpcio-tools in your pip hub, `build "
+              "--@rules_autotune//:fast_text=@pypi//grpcio_tools` makes this action about 10x "
+              "faster (protoc's parser).", file=sys.stderr)
     try:
         copy = binary_copy.make_copy(source, out_dir)
     except AutotuneCacheError as e:
@@ -54,6 +66,7 @@ def main(argv: list[str]) -> int:
         print("usage: make_binary_copy RESULTS_FILE OUT_DIR", file=sys.stderr)
         return 2
     source, out_dir = Path(argv[0]), Path(argv[1])
+    logging.getLogger("autotune_cache").setLevel(logging.ERROR)  # see the module docstring
     out_dir.mkdir(parents=True, exist_ok=True)
     held = write_copy(source, out_dir)
     (out_dir / README).write_text(

@@ -406,3 +406,18 @@ def test_small_or_broken_cache_gets_no_copy_and_the_test_reports_the_file(
         and "no binary copy made" in result.output, result.output
     log = ws.test_log(COPY_LABEL)
     assert f"{COPY_CACHE}: not a valid text-format autotune results file" in log, log[-3000:]
+
+
+def test_the_fast_text_flag_reaches_the_copy_actions_tool(workspace: Workspace) -> None:
+    """`--@rules_autotune//:fast_text=<a hub's grpcio_tools>` puts that library among the deps
+    of the tool `<name>.binary_copy` runs (exec configuration); by default it is the empty
+    `no_fast_text`."""
+    ws = workspace
+    write_cache(ws.root / COPY_CACHE, 400)  # the macro adds the target for a cache that exists
+    target = f"{COPY_LABEL}.binary_copy"
+    stand_in = f"//{COPY_PKG}:grpcio_tools_stand_in"
+    default = ws.run("cquery", f"deps({target})", "--output=label").stdout
+    assert "//rules/private:no_fast_text" in default and stand_in not in default, default
+    chosen = ws.run("cquery", f"deps({target})", "--output=label",
+                    f"--//:fast_text={stand_in}").stdout
+    assert stand_in in chosen and "//rules/private:no_fast_text" not in chosen, chosen
