@@ -19,7 +19,8 @@ Decisions:
   descriptors, so no .proto file has to be found at run time; it includes the types the file's
   `google.protobuf.Any` fields name (XLA's files have them), looked up in the descriptor pool
   as Python's parser looks them up.
-- It runs in a child process (protoc reads stdin and writes stdout), under the parent's
+- It runs in a child process (protoc reads stdin and writes stdout), in isolated mode (`-I`:
+  not the working directory, nor PYTHON* variables, decide what it imports) under the parent's
   `sys.path`, with a timeout.
 - Where grpc_tools is missing, a text file of at least HINT_BYTES (several seconds of Python
   parsing) logs, once per process, how to install it.
@@ -115,7 +116,7 @@ def text_to_binary(data: bytes, cls: type[message.Message], path: object) -> byt
         descriptors.write_bytes(_descriptor_set(cls, data))
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]),
+                [sys.executable, "-I", "-c", _CHILD, json.dumps([p for p in sys.path if p]),
                  f"--descriptor_set_in={descriptors}",
                  f"--encode={cls.DESCRIPTOR.full_name}", cls.DESCRIPTOR.file.name],
                 input=data, capture_output=True, timeout=TIMEOUT_S, check=False)

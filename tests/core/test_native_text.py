@@ -141,3 +141,20 @@ def test_xla_files_whose_any_fields_name_other_types_go_through_protoc(any_size,
     python = xla_autotuning_pb2.AutotuneResults()
     text_format.Parse(data.decode(), python)
     assert native == python
+
+
+@needs_protoc
+def test_a_module_planted_in_the_working_directory_is_not_run(tmp_path, any_size, monkeypatch,
+                                                              python_parses):
+    """protoc's child Python runs isolated: a json.py (or grpc_tools/) in a shared working
+    directory is neither imported nor run, and the fast path still works."""
+    planted = tmp_path / "shared"
+    planted.mkdir()
+    marker = tmp_path / "ran"
+    (planted / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (planted / "grpc_tools").mkdir()
+    (planted / "grpc_tools" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(planted)
+    path = committed(tmp_path)
+    assert len(parse_results(path.read_bytes(), path).entries) == len(KEYS)
+    assert python_parses == [] and not marker.exists()
