@@ -108,10 +108,10 @@ def copy_location() -> CopyDir | None:
     return CopyDir(base / "autotune_cache" / "binary")
 
 
-def copy_dir() -> Path | None:
-    """Where binary copies live, or None when they are off."""
-    where = copy_location()
-    return None if where is None else where.path
+def copy_path(directory: Path, path: Path, source_sha: str) -> Path:
+    """The name the copy of `path`, whose bytes hash to `source_sha`, has in `directory`."""
+    kind = "text" if is_text_path(path) else "binary"
+    return directory / f"{source_sha}-{kind}{COPY_SUFFIX}"
 
 
 def _content_crc32(digests: list[str], entries: list[bytes]) -> int:
@@ -268,8 +268,7 @@ def make_copy(path: Path | str, directory: Path | str) -> Path:
     path, directory = Path(path), Path(directory)
     data = read_results_file(path)
     source_sha = hashlib.sha256(data).hexdigest()
-    kind = "text" if is_text_path(path) else "binary"
-    copy = directory / f"{source_sha}-{kind}{COPY_SUFFIX}"
+    copy = copy_path(directory, path, source_sha)
     directory.mkdir(parents=True, exist_ok=True)
     _write_copy(path, source_sha, copy, _parse_file(path, data))
     return copy
@@ -308,7 +307,7 @@ def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     if where is not None:
         source_sha = _hash_regular_file(path, kind)
         if source_sha:
-            copy = where.path / f"{source_sha}-{kind}{COPY_SUFFIX}"
+            copy = copy_path(where.path, path, source_sha)
             loaded = _read_copy(path, source_sha, copy, prepared=not where.writable)
             if loaded is not None:
                 log.debug("autotune_cache: loaded %s (%d entries) from its binary copy %s",
@@ -318,5 +317,5 @@ def load_file(path: Path | str, *, use_copy: bool = True) -> LoadedFile:
     loaded = _parse_file(path, data)
     if where is not None and where.writable and len(data) >= MIN_BYTES:
         source_sha = hashlib.sha256(data).hexdigest()
-        _write_copy(path, source_sha, where.path / f"{source_sha}-{kind}{COPY_SUFFIX}", loaded)
+        _write_copy(path, source_sha, copy_path(where.path, path, source_sha), loaded)
     return loaded

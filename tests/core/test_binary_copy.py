@@ -102,7 +102,7 @@ def test_off_and_unwritable_directories_still_load(tmp_path, monkeypatch):
     monkeypatch.setattr(binary_copy, "MIN_BYTES", 0)
     path = committed(tmp_path)
     monkeypatch.setenv("AUTOTUNE_BINARY_CACHE_DIR", "off")
-    assert binary_copy.copy_dir() is None
+    assert binary_copy.copy_location() is None
     assert len(binary_copy.load_file(path)) == len(KEYS)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
@@ -113,7 +113,8 @@ def test_off_and_unwritable_directories_still_load(tmp_path, monkeypatch):
 def test_default_directory_follows_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOTUNE_BINARY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert binary_copy.copy_dir() == tmp_path / "autotune_cache" / "binary"
+    expected = binary_copy.CopyDir(tmp_path / "autotune_cache" / "binary")
+    assert binary_copy.copy_location() == expected
 
 
 def test_small_files_get_no_copy(tmp_path, monkeypatch):
