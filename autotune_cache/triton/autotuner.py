@@ -234,7 +234,7 @@ class Autotuner(_TritonAutotuner):
             config = self.configs[0]
         self.best_config = config
         if config.pre_hook is not None:
-            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+            config.pre_hook(self._full_nargs(config, kwargs))
         try:
             return self.fn.run(*args, **kwargs, **launch_kwargs(config))
         finally:
@@ -415,7 +415,7 @@ class Autotuner(_TritonAutotuner):
         the config's pre_hook first, so the arguments are in the state that candidate's hook
         leaves them whatever ran before."""
         current = dict(meta, **launch_kwargs(config))
-        full_nargs = {**self.nargs, **meta, **config.all_kwargs()}
+        full_nargs = self._full_nargs(config, meta)
 
         def kernel_call() -> None:
             if config.pre_hook:
