@@ -147,6 +147,7 @@ class Autotuner(_TritonAutotuner):
                                if k in self.arg_names]
         self._resolved: dict[tuple, tuple[Any, dict[str, Any], tuple]] = {}
         self._fast_keys: dict[int, Callable[[Sequence[Any]], tuple]] = {}
+        self._launch_kwargs_of: dict[int, tuple[Any, dict[str, Any]]] = {}
         # Triton's specialization data of each candidate's last compile here, by match_text.
         self._specializations: dict[str, str] = {}
         # Background compiles of loaded winners, by key digest (see _preload_winners).
@@ -229,16 +230,27 @@ class Autotuner(_TritonAutotuner):
                 self.cache[memo] = config
                 self._notify_listener(memo, config, tuned)
             if config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs):
-                self._resolved[self._fast_key(args)] = (config, launch_kwargs(config), memo)
+                self._resolved[self._fast_key(args)] = (config, self._launch_kwargs(config),
+                                                        memo)
         else:
             config = self.configs[0]
         self.best_config = config
         if config.pre_hook is not None:
             config.pre_hook(self._full_nargs(config, kwargs))
         try:
-            return self.fn.run(*args, **kwargs, **launch_kwargs(config))
+            return self.fn.run(*args, **kwargs, **self._launch_kwargs(config))
         finally:
             self.nargs = None
+
+    def _launch_kwargs(self, config: Any) -> dict[str, Any]:
+        """launch_kwargs(config), worked out once per config: reading the backend's defaults
+        asks the driver for the current target, and the full path is a hot path too (every
+        launch of a kernel with one config, or with a pre_hook)."""
+        found = self._launch_kwargs_of.get(id(config))
+        if found is None or found[0] is not config:
+            found = (config, launch_kwargs(config))
+            self._launch_kwargs_of[id(config)] = found
+        return found[1]
 
     def _preload_winners(self, cache: Cache) -> None:
         """Start compiling, in the background, the winner of every loaded entry of this kernel
@@ -316,7 +328,7 @@ class Autotuner(_TritonAutotuner):
         def compile_all() -> list[Any]:
             self.nargs = dict(zip(self.arg_names, args, strict=False))
             try:
-                return [self.fn.warmup(*args, **kwargs, **launch_kwargs(config))
+                return [self.fn.warmup(*args, **kwargs, **self._launch_kwargs(config))
                         for config in self.prune_configs(kwargs)]
             finally:
                 self.nargs = None
@@ -414,7 +426,7 @@ class Autotuner(_TritonAutotuner):
         """One launch of `config` with the hooks triton.autotune runs around each benchmark:
         the config's pre_hook first, so the arguments are in the state that candidate's hook
         leaves them whatever ran before."""
-        current = dict(meta, **launch_kwargs(config))
+        current = dict(meta, **self._launch_kwargs(config))
         full_nargs = self._full_nargs(config, meta)
 
         def kernel_call() -> None:

@@ -60,3 +60,27 @@ def test_every_option_is_kept_where_the_defaults_cannot_be_read(monkeypatch):
 def test_under_the_interpreter_the_config_is_launched_as_given():
     config = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2)
     assert launch.launch_kwargs(config) == config.all_kwargs()
+
+
+def test_the_full_path_works_out_a_configs_launch_keywords_once(use_cache, fake, monkeypatch):
+    """A kernel with one config takes the full path on every launch: the backend's defaults are
+    read for its config once, not per launch (each read asks the driver for the target)."""
+    import torch
+
+    from autotune_cache.triton import autotuner
+    from tests.triton import kernels
+
+    use_cache()
+    fake({64: 1.0})
+    calls = []
+
+    def counted(config):
+        calls.append(config)
+        return launch.launch_kwargs(config)
+
+    monkeypatch.setattr(autotuner, "launch_kwargs", counted)
+    kernel = kernels.tuned_add(blocks=(64,))
+    for _ in range(3):
+        out, expected = kernels.launch_add(kernel, n=100)
+        torch.testing.assert_close(out, expected)
+    assert calls == [kernel.configs[0]]
