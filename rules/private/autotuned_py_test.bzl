@@ -191,8 +191,8 @@ def autotuned_py_test(
       are the file and the tool: Bazel's action cache (and a disk or remote cache) run it once
       per content of the file. Files under the library's MIN_BYTES (16 KiB) get no copy
       (they parse in about 10 ms; the directory then holds only a README.txt saying so); a
-      damaged or stale copy falls back to parsing the file. Tagged `manual`: it is built as the test's dependency only. `.dump` and
-      `.regen` never use it. A user's `AUTOTUNE_BINARY_CACHE_DIR` in `env` wins (a directory
+      damaged or stale copy falls back to parsing the file. Tagged `manual`: it is built as
+      the test's dependency only. `.dump` and `.regen` never use it. A user's `AUTOTUNE_BINARY_CACHE_DIR` in `env` wins (a directory
       of their own, or `off` for no copies at all): the target is then not generated.
 
     If the cache file does not exist yet the targets still build: load mode then runs without a

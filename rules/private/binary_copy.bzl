@@ -15,7 +15,7 @@ load-mode test gets the directory in its runfiles and `AUTOTUNE_BINARY_CACHE_DIR
 treats as read-only: it never writes, cleans or touches a copy there).
 
 Decisions:
-- The tool skips files under the library's MIN_BYTES (they parse in milliseconds; the loader
+- The tool skips files under the library's MIN_BYTES (they parse in about 10 ms; the loader
   never looks for their copy) and files it cannot read or parse (it prints why), and the test
   parses the file itself and reports any problem the usual way (with the regen hint). A broken
   cache never breaks the build, and `.regen` still runs.
