@@ -18,6 +18,7 @@ from autotune_cache.errors import (
     AutotuneCacheError,
     CacheDirError,
     DumpShardingError,
+    FlagError,
     MissingResultError,
 )
 from autotune_cache.flags import Settings, regen_hint, settings_from_env
@@ -53,6 +54,18 @@ def _check_writable_parent(path: Path, flag: str) -> None:
 DEFAULT_LOCK_TIMEOUT_S = 1800.0
 
 
+def check_dump_sharding(settings: Settings) -> None:
+    """DumpShardingError when a dump runs in one of several Bazel test shards."""
+    if settings.dump_to and (shards := env.total_shards()) > 1:
+        raise DumpShardingError(
+            f"--dump_autotune_results_to={settings.dump_to}: this test runs in "
+            f"{shards} shards, so no shard sees every result and the "
+            "dump would be incomplete. Run the dump with --test_sharding_strategy=disabled "
+            "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
+            "force shards on it)."
+        )
+
+
 class Cache:
     """Looks results up across an ordered list of tiers (tiers/) and records new ones to every
     writable tier; the tiers' order is the lookup order."""
@@ -64,18 +77,20 @@ class Cache:
         self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
         self._listeners: list[LookupListener] = []
-        if self.settings.dump_to and (shards := env.total_shards()) > 1:
-            raise DumpShardingError(
-                f"--dump_autotune_results_to={self.settings.dump_to}: this test runs in "
-                f"{shards} shards, so no shard sees every result and the "
-                "dump would be incomplete. Run the dump with --test_sharding_strategy=disabled "
-                "(the `.dump` target of autotuned_py_test already has shard_count = 1; do not "
-                "force shards on it)."
-            )
+        if self.settings.dump_merge and self.settings.dump_to is None:
+            raise FlagError(
+                "--autotune_dump_merge keeps a dump file's earlier entries, but no dump is "
+                "written: add --dump_autotune_results_to=PATH, or drop the flag.")
+        check_dump_sharding(self.settings)
+        # How the messages tell the user to regenerate and to forbid tuning; the pytest plugin
+        # names its own options instead of the AUTOTUNE_FLAGS flags.
+        self.dump_advice = ("running once with --dump_autotune_results_to=PATH (on this device) "
+                            "and committing PATH")
+        self.require_flag = "--require_complete_autotune_results"
         self._dump = None
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
-            self._dump = DumpFile(self.settings.dump_to)
+            self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
         self.tiers: list[Tier] = build_tiers(self.settings)
         memory = self.tiers[0]
         assert isinstance(memory, MemoryTier)
@@ -206,12 +221,13 @@ class Cache:
         """The require_complete error: what is missing, what is stale, how to regenerate."""
         sources = [s for tier in self.tiers for s in tier.searched()]
         lines = [
-            "autotune_cache: no tuned result for",
+            f"autotune_cache: no tuned result for {key.kernel} [{key.problem}]"
+            f"{' (the cache is stale)' if near else ''}",
             f"  kernel:    {key.kernel}",
             f"  problem:   {key.problem}",
             f"  device:    {key.device}",
             f"  toolchain: {key.toolchain_str}",
-            "and --require_complete_autotune_results forbids tuning it here.",
+            f"and {self.require_flag} forbids tuning it here.",
             f"Searched: {', '.join(sources) or 'nothing (no results loaded)'}.",
         ]
         if near:
@@ -222,10 +238,7 @@ class Cache:
         if hint:
             lines.append(f"Regenerate the cache with:\n  {hint}")
         else:
-            lines.append(
-                "Regenerate the cache by running once with "
-                "--dump_autotune_results_to=PATH (on this device) and committing PATH."
-            )
+            lines.append(f"Regenerate the cache by {self.dump_advice}.")
         return "\n".join(lines)
 
     # ----- recording -----------------------------------------------------------------------
@@ -249,19 +262,25 @@ class Cache:
             self._dump_dirty = True
 
     def flush_dump(self) -> None:
-        """Merge this process's entries into the dump file now if they changed since the last
-        write (dumpfile.py: several processes may dump to one file)."""
+        """Write this process's entries to the dump now if they changed since the last write
+        (dumpfile.py: the root process writes the file, others their part of the run)."""
         with self._lock:
             if self._dump is not None and self._dump_dirty:
                 self._dump.write(self._used.values())
                 self._dump_dirty = False
 
-    def close(self) -> None:
-        """Final dump write (an empty dump is still written) and the exit summary."""
+    def finish_dump(self) -> int:
+        """The dump's last write (an empty run's dump is still written); the number of entries
+        the dump holds. Later lookups are not dumped."""
         with self._lock:
-            if self.settings.dump_to is not None and not self.settings.dump_to.exists():
-                self._dump_dirty = True
-            self.flush_dump()
+            if self._dump is None:
+                return 0
+            self._dump_dirty = False
+            return self._dump.close(self._used.values())
+
+    def close(self) -> None:
+        """Final dump write and the exit summary."""
+        self.finish_dump()
         self.stats.report_at_exit()
 
     @contextlib.contextmanager

@@ -1,33 +1,48 @@
-"""The dump file (--dump_autotune_results_to), written so that concurrent writers lose nothing.
+"""The dump file (--dump_autotune_results_to): it holds exactly the entries of one run.
 
-Decision (issue 11): several processes may dump to one file (a test that starts workers, pytest
--n, a CI step that runs a suite twice). Each write takes the dump's lock file (`.<name>.lock` next
-to it, via locking.file_lock), merges the entries already in the file (ours win on a shared key)
-and replaces the file atomically. A dump file therefore accumulates; Bazel's outputs directory is
-fresh on every run, so a `.dump` target still gets exactly that run's entries.
+A *run* is the process that first opens a dump path (the run's root) and every process it
+starts that dumps to the same path (a test's subprocesses; pytest-xdist workers go through the
+plugin's own merge). The root makes a private run directory under the temp directory and names
+it in AUTOTUNE_DUMP_RUN, which child processes inherit. A member writes its entries to its own
+partial file there; the root writes the dump file itself: its own entries, every partial so
+far, and, only with --autotune_dump_merge, the entries the file held before the run (the run's
+win on a shared key). So regenerating into a committed file drops entries the run no longer
+produces, and a process never waits on another process's lock to record an entry.
 
-A process remembers what it last wrote and the file's identity (inode, size, mtime), so it only
-re-reads the file when someone else changed it: a writer alone pays one parse, not one per entry.
-An existing file that is not a results file is never overwritten: that is a named error.
+- A file at the dump path that is not a results file is refused when the run starts, in every
+  mode, and never overwritten.
+- Members' entries that differ on one key: the root's own entry wins, else the partial written
+  last; each such key is logged.
+- Merge mode reads the old file under a lock kept in a trusted directory under the temp
+  directory (locking.trusted_lock_dir), never next to the dump, so nothing is left beside a
+  committed file.
+- The root removes the run directory when it closes; a member still running then writes into
+  nothing (its entries are lost, with a warning).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from autotune_cache import env
 from autotune_cache.errors import CacheDirError, CorruptFileError, LockError
 from autotune_cache.formats import Keyed, keyed, parse_results, read_capped, save_keyed
-from autotune_cache.locking import file_lock
+from autotune_cache.locking import file_lock, trusted_lock_dir
 
 log = logging.getLogger("autotune_cache")
 
 DUMP_FLAG = "--dump_autotune_results_to"
-# Writers hold the lock for one read-merge-write; waiting longer than this means a stuck peer.
+MERGE_FLAG = "--autotune_dump_merge"
+# Merge mode holds this lock for one read-merge-write of the final file.
 LOCK_TIMEOUT_S = 120.0
+_TARGET = "target"  # the run directory's file naming the dump path it collects for
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -38,55 +53,169 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def read_existing(path: Path, flag: str = DUMP_FLAG) -> dict[str, Keyed]:
+    """The entries of the results file at a dump path ({} when there is none or it is empty);
+    CacheDirError, naming the flag, when something else is there: it must not be overwritten."""
+    try:
+        data = read_capped(path)
+        if not data.strip():
+            return {}
+        entries = parse_results(data, path).entries
+    except FileNotFoundError:
+        return {}
+    except (CorruptFileError, OSError) as e:
+        raise CacheDirError(
+            f"{flag}={path}: the file there is not a results file ({e}), so the dump will not "
+            "overwrite it; move it away or point the option at another path.") from e
+    return {key.digest(): (key, entry) for key, entry in keyed(entries)}
+
+
+def _run_target(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / _TARGET).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
 class DumpFile:
-    """One dump file, merged into on every write."""
+    """This process's part of one dump run (the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, merge: bool = False, flag: str = DUMP_FLAG) -> None:
         self.path = Path(path)
-        self.lock_path = self.path.with_name(f".{self.path.name}.lock")
-        self._written: dict[str, Keyed] = {}
-        self._written_identity: tuple[int, int, int] | None = None
-        self._warned_lock = False
+        self.merge = merge
+        self.flag = flag
+        self._target = str(self.path.resolve())
+        inherited = env.dump_run()
+        run_dir = Path(inherited) if inherited else None
+        self.is_root = run_dir is None or _run_target(run_dir) != self._target
+        self._base: dict[str, Keyed] = {}
+        self._members: dict[Path, tuple[tuple[int, int, int] | None, dict[str, Keyed]]] = {}
+        self._closed = False
+        if self.is_root:
+            # Refuse a foreign file now, before any tuning; merge mode keeps what it read.
+            existing = read_existing(self.path, flag)
+            self._base = existing if merge else {}
+            self._outer_run = inherited or None  # a run to another path, restored at close
+            self.run_dir = Path(tempfile.mkdtemp(prefix="autotune-dump-run-"))
+            (self.run_dir / _TARGET).write_text(self._target, encoding="utf-8")
+            env.set_dump_run(str(self.run_dir))
+        else:
+            assert run_dir is not None
+            self.run_dir = run_dir
+        self.partial = self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
 
-    def _existing(self) -> dict[str, Keyed]:
-        identity = _identity(self.path)
-        if identity is None:
-            return {}
-        if identity == self._written_identity:
-            return dict(self._written)
-        try:
-            data = read_capped(self.path)
-            if not data.strip():
-                return {}
-            entries = parse_results(data, self.path).entries
-        except FileNotFoundError:
-            return {}
-        except CorruptFileError as e:
-            raise CacheDirError(
-                f"{DUMP_FLAG}={self.path}: the file there is not a results file this process can "
-                f"add to ({e}); move it away or point the flag at another path.") from e
-        return {key.digest(): (key, entry) for key, entry in keyed(entries)}
+    # ----- writing ---------------------------------------------------------------------------
 
     def write(self, pairs: Iterable[Keyed]) -> None:
-        """Merge `pairs` into the file under its lock; CacheDirError names the file on failure."""
+        """Write this process's entries: the dump file itself in the root, its partial file in a
+        member. CacheDirError names the file on failure."""
+        pairs = list(pairs)
+        if not self.is_root:
+            self._write_partial(pairs)
+            return
+        own = {key.digest(): (key, entry) for key, entry in pairs}
+        with self._merge_lock():
+            if self.merge and self._base_changed():
+                self._base = read_existing(self.path, self.flag)
+            merged = dict(self._base)
+            merged.update(self._member_entries(own))
+            merged.update(own)
+            self._save(self.path, merged.values())
+            self._base_identity = _identity(self.path)
+
+    def close(self, pairs: Iterable[Keyed]) -> int:
+        """The run's last write from this process; in the root, the dump file is written (an
+        empty run still writes an empty results file) and the run directory removed. Returns
+        the number of entries the dump file holds (the root), or this process wrote."""
+        pairs = list(pairs)
+        if self._closed:
+            return len(pairs)
+        self.write(pairs)
+        self._closed = True
+        if not self.is_root:
+            return len(pairs)
+        count = len(read_existing(self.path, self.flag))
+        self._end_run()
+        return count
+
+    def _end_run(self) -> None:
+        if env.dump_run() == str(self.run_dir):
+            env.set_dump_run(self._outer_run)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """End the run without writing the dump file (the root), e.g. after a refused merge."""
+        self._closed = True
+        if self.is_root:
+            self._end_run()
+
+    def _write_partial(self, pairs: list[Keyed]) -> None:
+        if not self.run_dir.is_dir():
+            log.warning("autotune_cache: the dump run that %s belongs to has ended (its root "
+                        "process closed it), so %d entries of process %d are not in the dump",
+                        self.path, len(pairs), os.getpid())
+            return
+        self._save(self.partial, pairs)
+
+    def _save(self, path: Path, pairs: Iterable[Keyed]) -> None:
+        try:
+            save_keyed(path, pairs)
+        except OSError as e:
+            raise CacheDirError(
+                f"{self.flag}={self.path}: cannot write the dump ({e.strerror or e}); free "
+                "some space or point the option at a writable path.") from e
+
+    # ----- reading the other processes' entries ---------------------------------------------
+
+    _base_identity: tuple[int, int, int] | None = None
+
+    def _base_changed(self) -> bool:
+        """Whether the dump file changed since this root last wrote it (merge mode re-reads it:
+        another run may have merged into it meanwhile)."""
+        return self._base_identity is not None and _identity(self.path) != self._base_identity
+
+    def _member_entries(self, own: dict[str, Keyed]) -> dict[str, Keyed]:
+        """Every member's entries, re-reading only partial files that changed; a key two
+        processes recorded differently is logged (the root's entry, else the newest, wins)."""
+        for path in sorted(self.run_dir.glob("p-*.binpb")):
+            identity = _identity(path)
+            known = self._members.get(path)
+            if identity is None or (known is not None and known[0] == identity):
+                continue
+            try:
+                entries = read_existing(path, self.flag)
+            except CacheDirError as e:
+                log.warning("autotune_cache: skipping a damaged partial dump: %s", e)
+                continue
+            self._members[path] = (identity, entries)
+        merged: dict[str, Keyed] = {}
+        # Oldest partial first, so the newest wins; kept after the run directory is removed.
+        for _, (_, entries) in sorted(self._members.items(),
+                                      key=lambda kv: ((kv[1][0] or (0, 0, 0))[2], kv[0].name)):
+            for digest, pair in entries.items():
+                earlier = merged.get(digest) or own.get(digest)
+                if earlier is not None and earlier[1] != pair[1]:
+                    log.info("autotune_cache: two processes of this dump run recorded different "
+                             "results for %s; the dump keeps %s", pair[0].describe(),
+                             "this process's" if digest in own else "the newest")
+                merged[digest] = pair
+        return merged
+
+    @contextlib.contextmanager
+    def _merge_lock(self) -> Iterator[None]:
+        """Merge mode: the lock that serialises read-merge-write of one dump path across runs."""
         with contextlib.ExitStack() as stack:
-            try:
-                held = stack.enter_context(file_lock(self.lock_path, LOCK_TIMEOUT_S))
-            except LockError as e:
-                held = False
-                if not self._warned_lock:
-                    log.warning("autotune_cache: writing the dump without its lock (%s); "
-                                "concurrent dumps to %s may drop each other's entries", e,
-                                self.path)
-            if not held and not self._warned_lock:
-                self._warned_lock = True
-            merged = self._existing()
-            merged.update((key.digest(), (key, entry)) for key, entry in pairs)
-            try:
-                save_keyed(self.path, merged.values())
-            except OSError as e:
-                raise CacheDirError(
-                    f"{DUMP_FLAG}={self.path}: cannot write the dump ({e.strerror or e}); free "
-                    "some space or point the flag at a writable path.") from e
-            self._written = merged
-            self._written_identity = _identity(self.path)
+            if self.merge:
+                name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
+                try:
+                    lock_dir = trusted_lock_dir(Path(tempfile.gettempdir()),
+                                                "autotune_cache-dump-locks")
+                    held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
+                except LockError as e:
+                    log.warning("autotune_cache: merging into %s without its lock (%s)",
+                                self.path, e)
+                else:
+                    if not held:
+                        log.warning("autotune_cache: merging into %s without its lock (another "
+                                    "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
+            yield

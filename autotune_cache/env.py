@@ -12,6 +12,8 @@ Variables (the table in docs/architecture.md):
 - AUTOTUNE_REGEN_HINT (cache messages): the regen command the Bazel macro sets.
 - AUTOTUNE_PROGRESS (triton.progress): 1/true/yes/on always, 0/false/no/off never.
 - AUTOTUNE_BENCH_LOCK_DIR (triton.benchlock): where the device benchmarking locks live.
+- AUTOTUNE_DUMP_RUN (dumpfile): set by the process that starts a dump run, inherited by the
+  processes it starts, so that they add to that run's dump instead of starting their own.
 - AUTOTUNE_BINARY_CACHE_DIR, XDG_CACHE_HOME (binary_copy): where binary copies of large loaded
   results files live; `off` disables them.
 - TRITON_PRINT_AUTOTUNING (triton.progress): Triton's switch; 1 means progress always.
@@ -35,6 +37,7 @@ AUTOTUNE_FLAGS = "AUTOTUNE_FLAGS"
 AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
 AUTOTUNE_BENCH_LOCK_DIR = "AUTOTUNE_BENCH_LOCK_DIR"
+AUTOTUNE_DUMP_RUN = "AUTOTUNE_DUMP_RUN"
 AUTOTUNE_BINARY_CACHE_DIR = "AUTOTUNE_BINARY_CACHE_DIR"
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
 TRITON_PRINT_AUTOTUNING = "TRITON_PRINT_AUTOTUNING"
@@ -97,6 +100,19 @@ def bench_lock_dir() -> Path | None:
     """$AUTOTUNE_BENCH_LOCK_DIR, or None when unset or empty."""
     configured = get(AUTOTUNE_BENCH_LOCK_DIR)
     return Path(configured) if configured else None
+
+
+def dump_run() -> str:
+    """$AUTOTUNE_DUMP_RUN: the run directory of the dump run this process belongs to, or ''."""
+    return get(AUTOTUNE_DUMP_RUN).strip()
+
+
+def set_dump_run(value: str | None) -> None:
+    """Set (or, with None, remove) $AUTOTUNE_DUMP_RUN for this process and its children."""
+    if value is None:
+        environ().pop(AUTOTUNE_DUMP_RUN, None)
+    else:
+        environ()[AUTOTUNE_DUMP_RUN] = value
 
 
 def total_shards() -> int:

@@ -26,6 +26,7 @@ class Settings:
     cache_mode: str = "update"
     load_from: tuple[Path, ...] = ()
     dump_to: Path | None = None
+    dump_merge: bool = False
     require_complete: bool = False
     remote_cache: str | None = None
     remote_compile_cache: bool = False
@@ -164,6 +165,9 @@ FLAGS: tuple[_Flag, ...] = (
               resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(","))),
     _Flag("dump_autotune_results_to", "dump_to", "PATH  write every entry used or produced",
           lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
+    _Flag("autotune_dump_merge", "dump_merge",
+          "[=true|false]  the dump keeps the entries its file held before this run",
+          lambda f, v, env: _parse_bool(f, v)),
     _Flag("require_complete_autotune_results", "require_complete",
           "[=true|false]  a miss is an error instead of a re-tune",
           lambda f, v, env: _parse_bool(f, v)),

@@ -43,10 +43,11 @@ from typing import Any
 import pytest
 
 from autotune_cache import env as autotune_env
-from autotune_cache.cache import Cache, configure
+from autotune_cache.cache import Cache, check_dump_sharding, configure
+from autotune_cache.dumpfile import DumpFile
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
 from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags, split_flags
-from autotune_cache.formats import load_results, save_results
+from autotune_cache.formats import Keyed, load_results
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 
@@ -64,16 +65,20 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--autotune-load", "load_autotune_results_from", "autotune_load", "PATH[,PATH...]",
-           "results files to load (twin of AUTOTUNE_FLAGS --load_autotune_results_from)"),
+           "results files to load; may be repeated, every file is loaded (twin of "
+           "AUTOTUNE_FLAGS --load_autotune_results_from)"),
     Option("--autotune-dump", "dump_autotune_results_to", "autotune_dump", "PATH",
-           "write every entry the run used or tuned to PATH, merged across xdist workers "
-           "(twin of --dump_autotune_results_to)"),
+           "write exactly the entries this run used or tuned to PATH, merged across xdist "
+           "workers and subprocesses (twin of --dump_autotune_results_to)"),
+    Option("--autotune-dump-merge", "autotune_dump_merge", "autotune_dump_merge", None,
+           "keep the entries the dump file held before this run (incremental dumps; twin of "
+           "--autotune_dump_merge)"),
     Option("--autotune-cache-dir", "autotune_cache_dir", "autotune_cache_dir", "DIR",
            "per-kernel cache directory (twin of --autotune_cache_dir)"),
     Option("--autotune-require-complete", "require_complete_autotune_results",
            "autotune_require_complete", None,
-           "a miss fails the test that launched the kernel, with the stale-cache message "
-           "(twin of --require_complete_autotune_results)"),
+           "a miss fails the test that launched the kernel and the session, with the "
+           "stale-cache message (twin of --require_complete_autotune_results)"),
 )
 _TWIN_FIELD = {f.name: f.field for f in FLAGS}
 assert all(o.twin in _TWIN_FIELD for o in OPTIONS)
@@ -89,6 +94,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for o in OPTIONS:
         if o.metavar is None:
             group.addoption(o.name, action="store_true", dest=o.dest, default=False, help=o.help)
+        elif o.dest == "autotune_load":
+            group.addoption(o.name, action="append", dest=o.dest, metavar=o.metavar,
+                            default=None, help=o.help)
         else:
             group.addoption(o.name, action="store", dest=o.dest, metavar=o.metavar, default=None,
                             help=o.help)
@@ -154,6 +162,8 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
     option_tokens: list[str] = []
     for option in OPTIONS:
         value = values.get(option.dest)
+        if isinstance(value, (list, tuple)):
+            value = ",".join(value)  # a repeated --autotune-load loads every file
         if value is None or value is False:
             continue
         token = f"--{option.twin}" if value is True else f"--{option.twin}={value}"
@@ -183,7 +193,11 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
         changes[field_name] = mine
         option_tokens.append(shlex.quote(token))
     combined_text = " ".join(t for t in (env_text.strip(), " ".join(option_tokens)) if t)
-    return replace(env_settings, **changes), combined_text
+    settings = replace(env_settings, **changes)
+    # Relative paths are resolved once, now: a test that chdirs must not move them.
+    return replace(settings, load_from=tuple(p.absolute() for p in settings.load_from),
+                   cache_dir=settings.cache_dir and settings.cache_dir.absolute(),
+                   dump_to=settings.dump_to and settings.dump_to.absolute()), combined_text
 
 
 def _same(a: object, b: object) -> bool:
@@ -194,8 +208,12 @@ def _same(a: object, b: object) -> bool:
 
 
 def active(config: pytest.Config) -> bool:
-    """Whether any of the plugin's options was given."""
-    return any(config.getoption(o.dest) not in (None, False) for o in OPTIONS)
+    """Whether any of the plugin's options was given, or AUTOTUNE_FLAGS is set: then the
+    process-wide cache is configured up front (a bad flag stops the run once, before any
+    test) and the run gets the summary, short stale-cache failures and require-complete's
+    session verdict."""
+    given = any(config.getoption(o.dest) not in (None, False) for o in OPTIONS)
+    return given or bool(autotune_env.get(ENV_VAR).strip())
 
 
 # ----- per-test attribution ---------------------------------------------------------------------
@@ -317,15 +335,24 @@ def _configure_cache(settings: Settings, combined: str) -> Cache:
         raise _usage_error(e, combined) from None
 
 
-def _finish_dump(cache: Cache) -> int:
-    """Write the dump now (an empty one too); the number of entries it holds."""
-    path = cache.settings.dump_to
-    if path is None:
-        return 0
-    cache.flush_dump()
-    if not path.exists():
-        save_results(path, [])
-    return len(load_results(path))
+def _speak_pytest(cache: Cache) -> Cache:
+    """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags."""
+    cache.dump_advice = ("running the suite once with `pytest --autotune-dump=PATH` (on this "
+                         "device) and committing PATH")
+    cache.require_flag = "--autotune-require-complete"
+    return cache
+
+
+def _missing_error(error: BaseException) -> MissingResultError | None:
+    """The MissingResultError that `error` is or was raised from (a kernel wrapper may wrap it)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MissingResultError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class RunnerPlugin:
@@ -339,25 +366,40 @@ class RunnerPlugin:
             partials = self.workerinput.get(_PARTIALS_KEY)
             worker = self.workerinput.get("workerid", "gw")
             if partials:
-                settings = replace(settings, dump_to=Path(partials) / f"{worker}.binpb")
+                # The controller merges the workers' dumps (and applies --autotune-dump-merge).
+                settings = replace(settings, dump_to=Path(partials) / f"{worker}.binpb",
+                                   dump_merge=False)
             shared = self.workerinput.get(_SHARED_DIR_KEY)
             if shared:
                 settings = replace(settings, cache_dir=Path(shared))
-        self.cache = _configure_cache(settings, combined)
+        self.cache = _speak_pytest(_configure_cache(settings, combined))
         self.recorder = MissRecorder()
         self.recorder.attach(self.cache)
         self.dumped = 0
 
+    def _short_failure(self, run: Iterator[None]) -> Iterator[None]:
+        """Run one phase; a stale-cache error becomes a short failure (the message, no stack)
+        unless --full-trace asks for the stack."""
+        try:
+            return (yield from run)
+        except Exception as e:
+            missing = _missing_error(e)
+            if missing is None or self.config.getoption("fulltrace", False):
+                raise
+            message = str(missing).removeprefix("autotune_cache: ")
+        # Outside the except block, so the report does not chain the library's error.
+        pytest.fail(message, pytrace=False)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
         with self.recorder.running(item.nodeid, "setup"):
-            return (yield)
+            return (yield from self._short_failure(_passthrough()))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         before = len(self.recorder.misses)
         with self.recorder.running(item.nodeid, "call"):
-            result = yield
+            result = yield from self._short_failure(_passthrough())
         strict = [m for m in self.recorder.misses[before:] if m.strict]
         if strict:
             # The kernel's MissingResultError was caught inside the test: fail it all the same.
@@ -369,11 +411,11 @@ class RunnerPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
         with self.recorder.running(item.nodeid, "teardown"):
-            return (yield)
+            return (yield from self._short_failure(_passthrough()))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         try:
-            self.dumped = _finish_dump(self.cache)
+            self.dumped = self.cache.finish_dump()
         except (AutotuneCacheError, OSError) as e:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             self.config.stash[_DUMP_ERROR] = str(e)
@@ -382,6 +424,8 @@ class RunnerPlugin:
                 "stats": self.cache.stats.as_dict(),
                 "misses": [asdict(m) for m in self.recorder.misses],
             }
+        elif any(m.strict for m in self.recorder.misses):
+            _fail_session(session)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
@@ -389,11 +433,34 @@ class RunnerPlugin:
         misses = [asdict(m) for m in self.recorder.misses]
         for line in summary_lines(self.cache.stats.as_dict(), misses):
             tr.write_line(line)
+        _write_strict_verdict(tr, misses)
         error = self.config.stash.get(_DUMP_ERROR, None)
         if error:
             tr.write_line(f"dump FAILED: {error}", red=True)
         elif self.cache.settings.dump_to is not None:
             tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}")
+
+
+def _passthrough() -> Iterator[None]:
+    """A generator that yields once and returns what was sent: lets a new-style hook wrapper
+    delegate its single `yield` to a helper with `yield from`."""
+    return (yield)
+
+
+def _fail_session(session: pytest.Session) -> None:
+    """Fail the run because of misses under require-complete, whatever the tests did with the
+    errors (caught, xfail, turned into a skip)."""
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_strict_verdict(tr: Any, misses: Sequence[Mapping[str, Any]]) -> None:
+    strict = {(m["kernel"], m["problem"], m["device"]) for m in misses if m["strict"]}
+    if strict:
+        tr.write_line(
+            f"--autotune-require-complete: {len(strict)} kernel keys were missing from the "
+            "cache, so the run FAILED (whatever the tests did with the errors). Regenerate the "
+            "cache with --autotune-dump=PATH on this device and commit it.", red=True)
 
 
 _DUMP_ERROR = pytest.StashKey[str]()
@@ -408,52 +475,56 @@ class MergeResult:
     partial_files: list[Path] = field(default_factory=list)
 
 
-def merge_partials(files: Sequence[Path], dump_to: Path) -> MergeResult:
-    """Merge workers' dump files into `dump_to`, or refuse when two workers hold different
-    entries for one key (nothing is written then; the files stay for `autotune-cache merge`)."""
+def merge_partials(files: Sequence[Path]) -> tuple[list[Keyed], MergeResult]:
+    """The union of the workers' dump files, or a refusal when two workers hold different
+    entries for one key (then nothing is written; the files stay for `autotune-cache merge`)."""
     result = MergeResult(partial_files=list(files))
-    by_digest: dict[str, tuple[bytes, pb.Entry, Path]] = {}
+    by_digest: dict[str, tuple[bytes, Keyed, Path]] = {}
     for path in files:
         for entry in load_results(path):
             key = CacheKey.from_proto(entry.key)
             data = entry.SerializeToString(deterministic=True)
             seen = by_digest.get(key.digest())
             if seen is None:
-                by_digest[key.digest()] = (data, entry, path)
+                by_digest[key.digest()] = (data, (key, entry), path)
             elif seen[0] != data:
                 result.conflicts.append(
                     f"  {key.kernel} [{key.problem}] on {key.device}: {seen[2].name} and "
                     f"{path.name} differ")
-    if not result.conflicts:
-        save_results(dump_to, [e for _, e, _ in by_digest.values()])
-        result.entries = len(by_digest)
-    return result
+    return [pair for _, pair, _ in by_digest.values()], result
 
 
 class XdistControllerPlugin:
     """The plugin in pytest-xdist's controller: hands workers their dump and cache paths, sums
-    their counters and merges their dumps."""
+    their counters and writes the run's dump from theirs."""
 
     def __init__(self, config: pytest.Config, settings: Settings, combined: str) -> None:
         self.config = config
         self.settings = settings
         self.combined = combined
-        # Check the loads, the directory and the dump (path, Bazel sharding) now, once, as a
-        # usage error. This Cache is not kept: it is never closed, so it writes nothing.
+        # Check the loads, the directory and the dump (path, Bazel sharding, a foreign file at
+        # the dump path) now, once, as a usage error. This Cache writes nothing.
+        self.dump: DumpFile | None = None
         try:
-            Cache(settings)
+            check_dump_sharding(settings)
+            if settings.dump_to is not None:
+                self.dump = DumpFile(settings.dump_to, merge=settings.dump_merge,
+                                     flag="--autotune-dump")
+            Cache(replace(settings, dump_to=None, dump_merge=False))
         except (AutotuneCacheError, OSError) as e:
             raise _usage_error(e, combined) from None
         self.partials: Path | None = None
         self.shared_dir: Path | None = None
         if settings.dump_to is not None:
             try:
+                # Beside the dump, so that a refused merge leaves the workers' results where the
+                # user looks; removed after a successful merge.
                 settings.dump_to.parent.mkdir(parents=True, exist_ok=True)
                 self.partials = Path(tempfile.mkdtemp(prefix=f".{settings.dump_to.name}.xdist-",
                                                       dir=settings.dump_to.parent))
             except OSError as e:
                 raise _usage_error(OSError(f"--autotune-dump={settings.dump_to}: cannot create "
-                                           f"the workers' partial dumps there ({e})"),
+                                           f"the workers' partial dumps ({e})"),
                                    combined) from None
             if settings.cache_dir is None:
                 self.shared_dir = self.partials / "shared-cache"
@@ -470,14 +541,20 @@ class XdistControllerPlugin:
             self.outputs.append(output)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if any(m["strict"] for o in self.outputs for m in o["misses"]):
+            _fail_session(session)
         if self.partials is None or self.settings.dump_to is None:
             return
         files = sorted(self.partials.glob("*.binpb"))
         try:
-            self.merge = merge_partials(files, self.settings.dump_to)
+            pairs, self.merge = merge_partials(files)
+            if not self.merge.conflicts and self.dump is not None:
+                self.merge.entries = self.dump.close(pairs)
         except (AutotuneCacheError, OSError) as e:
             self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
         if self.merge.conflicts:
+            if self.dump is not None:
+                self.dump.abandon()
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
@@ -490,6 +567,7 @@ class XdistControllerPlugin:
         misses = [m for o in self.outputs for m in o["misses"]]
         for line in summary_lines(stats, misses, workers=len(self.outputs)):
             tr.write_line(line)
+        _write_strict_verdict(tr, misses)
         if self.merge is None:
             return
         dump = self.settings.dump_to

@@ -4,7 +4,8 @@
 public API only: look the key up in the process-wide cache and, on a miss, "tune" with a
 deterministic fake benchmark and record the entry. Entries are byte-identical whoever tunes them,
 unless FAKE_KERNEL_NOISE is set (then the tuning time names the xdist worker, as real timing noise
-would make two workers' results differ).
+would make two workers' results differ). FAKE_KERNEL_SOURCE stands for an edit of the kernel's
+source: it becomes the keys' source fingerprint.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ A100 = Device(name="NVIDIA A100", arch="sm_80", sm_count=108)
 
 
 def key(kernel: str, n: int, device: Device = H200) -> CacheKey:
-    return CacheKey(kernel=kernel, source_fingerprint="src", configs_fingerprint="cfg",
+    source = os.environ.get("FAKE_KERNEL_SOURCE", "src")
+    return CacheKey(kernel=kernel, source_fingerprint=source, configs_fingerprint="cfg",
                     problem={"N": n, "x": "float16"}, device=device,
                     toolchain={"triton": "3.6.0"})
 

@@ -1,5 +1,5 @@
-"""Items 6, 7 and 11 (disk full) of issue 11: the dump file keeps every process's entries, and a
-dump that cannot be written fails the process with a message that names the file."""
+"""The dump file across processes: one run's processes dump the union of their entries, other
+runs never mix in, and a dump that cannot be written fails the process naming the file."""
 
 from __future__ import annotations
 
@@ -26,6 +26,19 @@ if cache.lookup(shared) is None:
 cache.close()
 """
 
+# The root of one run: it records an entry, starts 8 dumping children and waits for them.
+RUN_ROOT = """
+import subprocess, sys
+from autotune_cache import Cache, Settings
+from tests.cachetools import fake_tune, make_key
+cache = Cache(Settings(dump_to={dump!r}))
+root = make_key(problem={{"root": 1}})
+cache.record(fake_tune(root))
+children = [subprocess.Popen([sys.executable, "-c", {dumper!r}, str(w)]) for w in range(8)]
+assert all(c.wait(timeout=120) == 0 for c in children)
+cache.close()
+"""
+
 # A write past RLIMIT_FSIZE fails with EFBIG, as a full disk fails with ENOSPC.
 DISK_FULL = """
 import resource, signal
@@ -34,17 +47,37 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
 """
 
 
-def test_processes_dumping_to_one_file_keep_every_entry(tmp_path):
+def test_the_processes_of_one_run_dump_the_union(tmp_path):
+    """A dumping process that starts dumping children: the dump is all of their entries, and
+    nothing is left beside it (no lock file, no partial files)."""
+    dump = tmp_path / "out" / "dump.textproto"
+    dump.parent.mkdir()
+    save_results(dump, [fake_tune(make_key(problem={"earlier": "run"}))])
+    dumper = DUMPER.format(dump=str(dump))
+    res = run_python(RUN_ROOT.format(dump=str(dump), dumper=dumper))
+    assert res.rc == 0, res.text
+    problems = {e.key.problem for e in load_results(dump)}
+    expected = {make_key(problem={"W": w, "i": i}).problem for w in range(8) for i in range(4)}
+    shared = make_key(problem={"shared": 1}).problem
+    root = make_key(problem={"root": 1}).problem
+    assert problems == expected | {shared, root}  # and not the earlier run's entry
+    assert sorted(p.name for p in dump.parent.iterdir()) == ["dump.textproto"]
+
+
+def test_independent_processes_each_write_their_own_run(tmp_path):
+    """Processes that do not descend from one another are separate runs: the dump holds one
+    whole run (the last to finish), never a mix and never a damaged file."""
     dump = tmp_path / "dump.textproto"
     procs = [subprocess.Popen([sys.executable, "-c", DUMPER.format(dump=str(dump)), str(w)],
                               cwd=ROOT, env=child_env(), stderr=subprocess.PIPE, text=True)
-             for w in range(8)]
+             for w in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    problems = {e.key.problem for e in load_results(dump)}
-    expected = {make_key(problem={"W": w, "i": i}).problem for w in range(8) for i in range(4)}
-    assert problems == expected | {make_key(problem={"shared": 1}).problem}
+    runs = {frozenset(e.key.problem for e in load_results(dump))}
+    whole = [frozenset({make_key(problem={"W": w, "i": i}).problem for i in range(4)}
+                       | {make_key(problem={"shared": 1}).problem}) for w in range(4)]
+    assert runs <= set(whole)
 
 
 def test_dump_that_fails_at_exit_fails_the_process_and_keeps_the_old_dump(tmp_path):

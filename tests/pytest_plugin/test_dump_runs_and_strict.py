@@ -1,0 +1,133 @@
+"""The plugin's dump holds exactly one run in every mode (one process, -n 2, merge on request),
+and --autotune-require-complete fails the run, shortly, whatever a test did with the error."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune_cache.formats import load_results
+from tests.pytest_plugin.test_pytest_plugin import committed_cache, entries, run
+
+pytest_plugins = ["pytester"]
+
+from tests.pytest_plugin.test_pytest_plugin import suite  # noqa: E402, F401  (the fixture)
+
+MODES = [[], ["-n", "2"]]
+MODE_IDS = ["one-process", "xdist"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_dump_after_a_kernel_edit_holds_only_the_new_entries(suite, monkeypatch, mode):
+    dump = suite.path / "cache.textproto"
+    run(suite, *mode, f"--autotune-dump={dump}").assert_outcomes(passed=4)
+    monkeypatch.setenv("FAKE_KERNEL_SOURCE", "edited")
+    result = run(suite, *mode, f"--autotune-dump={dump}")
+    result.assert_outcomes(passed=4)
+    assert {e.key.source_fingerprint for e in load_results(dump)} == {"edited"}
+    assert len(entries(dump)) == 3
+    assert sorted(p.name for p in suite.path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_dump_merge_keeps_the_earlier_runs_entries(suite, monkeypatch, mode):
+    dump = suite.path / "cache.textproto"
+    run(suite, *mode, f"--autotune-dump={dump}", "-k", "one").assert_outcomes(passed=1)
+    result = run(suite, *mode, f"--autotune-dump={dump}", "--autotune-dump-merge", "-k",
+                 "two or three")
+    result.assert_outcomes(passed=2)
+    assert [kernel for kernel, _, _ in entries(dump)] == ["matmul", "softmax", "softmax"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_file_that_is_not_a_results_file_stops_the_run_up_front(suite, mode):
+    notes = suite.path / "notes.txt"
+    notes.write_text("release notes\n")
+    result = run(suite, *mode, f"--autotune-dump={notes}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *notes.txt: the file there is not a results file*"])
+    assert notes.read_text() == "release notes\n"
+
+
+SWALLOWERS = """
+import pytest, fake_kernel
+
+@pytest.mark.xfail(reason="known to be slow")
+def test_xfail():
+    fake_kernel.launch("matmul", 512)
+
+def test_skips_on_error():
+    try:
+        fake_kernel.launch("softmax", 4096)
+    except Exception as e:
+        pytest.skip(f"kernel unavailable: {e}")
+
+@pytest.fixture
+def swallowed():
+    try:
+        fake_kernel.launch("layer_norm", 64)
+    except Exception:
+        return None
+
+def test_fixture_swallows(swallowed):
+    pass
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_require_complete_fails_the_run_whatever_the_tests_did(suite, mode):
+    cache = committed_cache(suite.path / "committed.textproto")
+    suite.makepyfile(test_swallowers=SWALLOWERS)
+    result = run(suite, *mode, "test_swallowers.py", f"--autotune-load={cache}",
+                 "--autotune-require-complete")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["--autotune-require-complete: 3 kernel keys were missing from "
+                                 "the cache, so the run FAILED*"])
+
+
+def test_a_stale_cache_failure_is_short_and_full_trace_keeps_the_stack(suite):
+    cache = committed_cache(suite.path / "committed.textproto")
+    args = ("test_suite.py::test_three", f"--autotune-load={cache}",
+            "--autotune-require-complete")
+    result = run(suite, *args)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    failure = out.split("_ test_three _")[1].split("= autotune_cache =")[0]
+    assert len(failure.splitlines()) < 20, failure
+    assert "no tuned result for matmul [N=512,x=float16] (the cache is stale)" in failure
+    assert "pytest --autotune-dump=PATH" in failure  # the option the user uses, not the flag
+    assert "Traceback" not in failure and "def lookup" not in failure
+    full = run(suite, *args, "--full-trace").stdout.str()
+    assert "MissingResultError" in full and "def lookup" in full
+
+
+def test_repeated_load_options_load_every_file(suite):
+    first = suite.path / "first.textproto"
+    second = suite.path / "second.textproto"
+    run(suite, f"--autotune-dump={first}", "-k", "one").assert_outcomes(passed=1)
+    run(suite, f"--autotune-dump={second}", "-k", "two or three").assert_outcomes(passed=2)
+    result = run(suite, f"--autotune-load={first}", f"--autotune-load={second}",
+                 "--autotune-require-complete")
+    result.assert_outcomes(passed=4)
+
+
+def test_relative_paths_are_resolved_at_start_up(suite):
+    suite.makepyfile(test_chdir="""
+        import fake_kernel
+
+        def test_moves(monkeypatch, tmp_path):
+            monkeypatch.chdir(tmp_path)
+            assert fake_kernel.launch("softmax", 1024) == 64
+    """)
+    result = run(suite, "test_chdir.py", "--autotune-cache-dir=cache",
+                 "--autotune-dump=out/dump.textproto")
+    result.assert_outcomes(passed=1)
+    assert len(entries(suite.path / "out" / "dump.textproto")) == 1
+    assert len(list((suite.path / "cache").glob("*.textproto"))) == 1
+
+
+def test_a_typo_in_autotune_flags_stops_the_run_once(suite, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_cach_dir=x")
+    result = run(suite)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: AUTOTUNE_FLAGS: unknown flag --autotune_cach_dir.*"])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
