@@ -19,6 +19,7 @@ from autotune_cache.resultsets.base import (
     is_directory_path,
     merge_sets,
     prune_plan,
+    superseded_ids,
 )
 from autotune_cache.resultsets.registry import load_any
 
@@ -38,25 +39,31 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for path in args.paths:
         rs = load_any(path)
         rows = rs.rows()
+        old = superseded_ids(rows)
         by_device = Counter(r.device for r in rows)
         by_toolchain = Counter(r.toolchain for r in rows)
-        report.append((path, rs, rows, by_device, by_toolchain))
+        report.append((path, rs, rows, by_device, by_toolchain, old))
     if args.json:
         out = [{
             "path": str(path), "format": rs.format_name,
-            "entries": [{k: v for k, v in r.__dict__.items() if k != "payload"} for r in rows],
+            "entries": [{**{k: v for k, v in r.__dict__.items() if k != "payload"},
+                         "live": r.id not in old} for r in rows],
             "per_device": dict(by_device), "per_toolchain": dict(by_toolchain),
             "problems": rs.problems(),
-        } for path, rs, rows, by_device, by_toolchain in report]
+        } for path, rs, rows, by_device, by_toolchain, old in report]
         print(json.dumps(out, indent=2, sort_keys=True))
         return 1 if any(rs.problems() for _, rs, *_ in report) else 0
-    for path, rs, rows, by_device, by_toolchain in report:
+    for path, rs, rows, by_device, by_toolchain, old in report:
         print(f"{path} ({rs.format_name}): {len(rows)} entries")
         if rows:
-            table = [["KERNEL", "PROBLEM", "DEVICE", "TOOLCHAIN", "CONFIG", "TIME_MS"]]
-            table += [[r.kernel, r.problem, r.device, r.toolchain, r.config, _fmt_time(r.time_ms)]
-                      for r in rows]
+            table = [["KERNEL", "PROBLEM", "DEVICE", "TOOLCHAIN", "CONFIG", "TIME_MS", "LIVE"]]
+            table += [[r.kernel, r.problem, r.device, r.toolchain, r.config, _fmt_time(r.time_ms),
+                       "superseded" if r.id in old else "live"] for r in rows]
             print(_table(table))
+        if old:
+            print(f"{len(old)} entries are superseded by newer ones for the same kernel, problem, "
+                  f"device and toolchain; drop them with: autotune-cache prune --superseded "
+                  f"{path}")
         for title, counts in (("device", by_device), ("toolchain", by_toolchain)):
             print(f"per {title}:")
             for name, n in sorted(counts.items()):
@@ -135,13 +142,14 @@ def parse_age(text: str) -> float:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    if not (args.keep_device or args.keep_toolchain or args.older_than is not None):
+    if not (args.keep_device or args.keep_toolchain or args.older_than is not None
+            or args.superseded):
         print("prune: nothing to prune by; only removing leftover temp, lock and damaged files",
               file=sys.stderr)
     rs = load_any(args.path)
     plan = prune_plan(rs.rows(), keep_device=args.keep_device,
                       keep_toolchain=args.keep_toolchain, older_than=args.older_than,
-                      now=time.time())
+                      now=time.time(), superseded=args.superseded)
     verb = "would remove" if args.dry_run else "removed"
     for row, reasons in plan.drop:
         print(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
@@ -209,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep entries whose toolchain contains this text, e.g. triton=3.6.0")
     s.add_argument("--older-than", type=parse_age, default=None, help="drop entries tuned "
                    "longer ago than this (90m, 12h, 30d); entries without a date are kept")
+    s.add_argument("--superseded", action="store_true", help="drop entries superseded by a newer "
+                   "one for the same kernel, problem, device and toolchain (inspect marks them)")
     s.add_argument("--dry-run", action="store_true")
     s.set_defaults(func=cmd_prune)
     s = sub.add_parser("verify", help="parse, check versions, report damaged files")

@@ -241,6 +241,20 @@ def tuned_epoch(row: Row) -> float | None:
     return ts.timestamp()
 
 
+def superseded_ids(rows: Sequence[Row]) -> set[str]:
+    """Ids of rows superseded by a newer row for the same kernel, problem, device and toolchain
+    (an older kernel source or candidate list: a cache regenerated before dumps held exactly one
+    run, or merged by hand). The newest by tuned_at is live; on a tie, the later row."""
+    live: dict[tuple[str, str, str, str], Row] = {}
+    for row in rows:
+        group = (row.kernel, row.problem, row.device, row.toolchain)
+        current = live.get(group)
+        if current is None or row.tuned_at >= current.tuned_at:
+            live[group] = row
+    keep = {r.id for r in live.values()}
+    return {r.id for r in rows if r.id not in keep}
+
+
 @dataclass
 class PrunePlan:
     """Which rows a prune keeps and drops (with the reasons), and how many it could not judge
@@ -252,12 +266,14 @@ class PrunePlan:
 
 
 def prune_plan(rows: list[Row], *, keep_device: Sequence[str], keep_toolchain: Sequence[str],
-               older_than: float | None, now: float) -> PrunePlan:
-    """Drop rows whose device or toolchain contains none of the kept texts, or tuned more than
-    `older_than` seconds before `now`; rows without a device or a date are kept."""
+               older_than: float | None, now: float, superseded: bool = False) -> PrunePlan:
+    """Drop rows whose device or toolchain contains none of the kept texts, tuned more than
+    `older_than` seconds before `now`, or (with `superseded`) superseded by a newer row
+    (superseded_ids); rows without a device or a date are kept."""
     plan = PrunePlan([], [], 0)
+    old = superseded_ids(rows) if superseded else set()
     for row in rows:
-        reasons = []
+        reasons = ["superseded"] if row.id in old else []
         if keep_device and not row.device:
             plan.unknown_device += 1  # e.g. XLA's legacy per-fusion files do not record it
         elif keep_device and not any(d.lower() in row.device.lower() for d in keep_device):

@@ -141,3 +141,30 @@ def test_verify_and_prune_catch_misnamed_entries_and_stale_locks(tmp_path, capsy
     assert main(["prune", str(store.root)]) == 0
     assert right.exists() and not copy.exists() and not lock.exists()
     assert main(["verify", str(store.root)]) == 0
+
+
+def superseded_file(tmp_path):
+    """A cache that an old accumulating dump left with two generations of one kernel."""
+    old = fake_tune(make_key(problem={"M": 1}, source="before-edit"))
+    new = fake_tune(make_key(problem={"M": 1}, source="after-edit"))
+    new.result.tuned_at = "2026-11-30T10:00:00Z"
+    other = fake_tune(make_key(problem={"M": 2}, source="after-edit"))
+    path = tmp_path / "old.textproto"
+    save_results(path, [old, new, other])
+    return path, new
+
+
+def test_inspect_marks_the_live_entry_and_prune_drops_superseded_ones(tmp_path, capsys):
+    path, new = superseded_file(tmp_path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  superseded\n") == 1 and out.count("  live\n") == 2
+    assert f"drop them with: autotune-cache prune --superseded {path}" in out
+    assert main(["inspect", "--json", str(path)]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert sorted(e["live"] for e in report["entries"]) == [False, True, True]
+    assert main(["prune", "--superseded", str(path)]) == 0
+    assert "removed matmul [M=1] on NVIDIA H200 / sm_90 / 132 SMs (superseded)" in capsys.readouterr().out
+    kept = load_results(path)
+    assert [e.key.source_fingerprint for e in kept] == ["after-edit", "after-edit"]
+    assert new in kept
