@@ -164,7 +164,8 @@ def test_inspect_marks_the_live_entry_and_prune_drops_superseded_ones(tmp_path, 
     (report,) = json.loads(capsys.readouterr().out)
     assert sorted(e["live"] for e in report["entries"]) == [False, True, True]
     assert main(["prune", "--superseded", str(path)]) == 0
-    assert "removed matmul [M=1] on NVIDIA H200 / sm_90 / 132 SMs (superseded)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "removed matmul [M=1] on NVIDIA H200 / sm_90 / 132 SMs (superseded)" in out
     kept = load_results(path)
     assert [e.key.source_fingerprint for e in kept] == ["after-edit", "after-edit"]
     assert new in kept

@@ -10,8 +10,6 @@ from tests.pytest_plugin.test_pytest_plugin import committed_cache, entries, run
 
 pytest_plugins = ["pytester"]
 
-from tests.pytest_plugin.test_pytest_plugin import suite  # noqa: E402, F401  (the fixture)
-
 MODES = [[], ["-n", "2"]]
 MODE_IDS = ["one-process", "xdist"]
 
