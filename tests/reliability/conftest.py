@@ -48,7 +48,8 @@ class Result:
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a child process: this worktree first on sys.path, no inherited flags."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("AUTOTUNE_FLAGS", "TEST_TOTAL_SHARDS", "PYTEST_ADDOPTS")}
+           if k not in ("AUTOTUNE_FLAGS", "AUTOTUNE_DUMP_RUN", "TEST_TOTAL_SHARDS",
+                        "PYTEST_ADDOPTS")}
     # This worktree first; entries the parent had (e.g. another filelock under test) after it.
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *inherited])

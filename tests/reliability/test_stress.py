@@ -18,6 +18,7 @@ import pytest
 
 from autotune_cache.cli import main as cli_main
 from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.dumpfile import DumpFile
 from autotune_cache.formats import load_results
 from autotune_cache.key import CacheKey
 from tests.reliability.conftest import ROOT, child_env
@@ -26,11 +27,12 @@ PROCESSES = 16
 KILLS = 50
 
 
-def spawn(directory, dump, seed: int) -> subprocess.Popen:
+def spawn(directory, dump, seed: int, run: DumpFile) -> subprocess.Popen:
+    """A worker of the test's dump run (`run` is its root, as a test starting workers is)."""
     return subprocess.Popen(
         [sys.executable, "-m", "tests.reliability.stress_worker", str(directory), str(dump),
-         str(seed)], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         str(seed)], cwd=ROOT, env=child_env({"AUTOTUNE_DUMP_RUN": str(run.run_dir)}),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def reported(out: str) -> tuple[set[str], set[str], bool]:
@@ -51,7 +53,8 @@ def test_sixteen_tuners_one_directory_one_dump_fifty_sigkills(tmp_path):
     directory, dump = tmp_path / "cache", tmp_path / "dump.textproto"
     rng = random.Random(20261130)
     seeds = iter(range(10_000))
-    running = [spawn(directory, dump, next(seeds)) for _ in range(PROCESSES)]
+    run = DumpFile(dump)
+    running = [spawn(directory, dump, next(seeds), run) for _ in range(PROCESSES)]
     finished: list[tuple[str, str, int, bool]] = []  # (stdout, stderr, rc, killed)
     kills = 0
     while kills < KILLS:
@@ -64,10 +67,11 @@ def test_sixteen_tuners_one_directory_one_dump_fifty_sigkills(tmp_path):
         out, err = victim.communicate()
         finished.append((out, err, victim.returncode, killed))
         running.remove(victim)
-        running.append(spawn(directory, dump, next(seeds)))
+        running.append(spawn(directory, dump, next(seeds), run))
     for proc in running:
         out, err = proc.communicate(timeout=300)
         finished.append((out, err, proc.returncode, False))
+    run.close([])
 
     assert kills >= KILLS
     assert len(finished) >= PROCESSES + KILLS
