@@ -11,7 +11,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from autotune_cache import __version__
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.formats import RESULTS_EXTENSIONS, TEXT_EXTENSIONS
 from autotune_cache.resultsets.base import (
     CONFLICT_POLICIES,
     apply_prune,
@@ -74,6 +76,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    suffix = args.dst.suffix.lower()
+    if not is_directory_path(args.dst) and suffix not in RESULTS_EXTENSIONS:
+        raise AutotuneCacheError(
+            f"convert: {args.dst}: {suffix!r} is not a results-file extension; use a text one "
+            f"({', '.join(TEXT_EXTENSIONS)}), a binary one (.pb, .binpb), or no extension for a "
+            "cache directory")
     rs = load_any(args.src)
     problems = rs.problems()
     for problem in problems:
@@ -190,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect and maintain autotune results files and cache directories "
                     "(autotune_cache's own and XLA's).",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("inspect", help="table of entries with per-device/toolchain counts")
     s.add_argument("paths", nargs="+", type=Path)

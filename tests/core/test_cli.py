@@ -169,3 +169,13 @@ def test_inspect_marks_the_live_entry_and_prune_drops_superseded_ones(tmp_path, 
     kept = load_results(path)
     assert [e.key.source_fingerprint for e in kept] == ["after-edit", "after-edit"]
     assert new in kept
+
+
+def test_version_and_convert_to_an_unknown_extension_is_refused(cache_file, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("autotune-cache 0.")
+    target = tmp_path / "cache.json"
+    assert main(["convert", str(cache_file), str(target)]) == 2
+    assert "'.json' is not a results-file extension" in capsys.readouterr().err
+    assert not target.exists()
