@@ -100,6 +100,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(o.name, action="store", dest=o.dest, metavar=o.metavar, default=None,
                             help=o.help)
+        # The same setting in pyproject.toml [tool.pytest.ini_options] / pytest.ini; the
+        # command line wins (a load option adds to the ini's files).
+        parser.addini(o.dest, type="bool" if o.metavar is None else "string", default=None,
+                      help=f"ini twin of {o.name}")
+
+
+def option_values(config: pytest.Config) -> dict[str, Any]:
+    """Each option's value: the command line's, else the ini file's (None / False if neither);
+    --autotune-load adds its files to the ini's."""
+    values: dict[str, Any] = {}
+    for o in OPTIONS:
+        given = config.getoption(o.dest)
+        ini = config.getini(o.dest)
+        if o.dest == "autotune_load":
+            values[o.dest] = [*([ini] if ini else []), *(given or [])] or None
+        elif given not in (None, False):
+            values[o.dest] = given
+        else:
+            values[o.dest] = ini if ini not in ("", None) else (False if o.metavar is None
+                                                                else None)
+    return values
 
 
 # ----- options <-> AUTOTUNE_FLAGS ----------------------------------------------------------------
@@ -212,7 +233,7 @@ def active(config: pytest.Config) -> bool:
     process-wide cache is configured up front (a bad flag stops the run once, before any
     test) and the run gets the summary, short stale-cache failures and require-complete's
     session verdict."""
-    given = any(config.getoption(o.dest) not in (None, False) for o in OPTIONS)
+    given = any(v not in (None, False) for v in option_values(config).values())
     return given or bool(autotune_env.get(ENV_VAR).strip())
 
 
@@ -598,8 +619,7 @@ def _xdist_controller(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
         return
-    values = {o.dest: config.getoption(o.dest) for o in OPTIONS}
-    settings, combined = resolve_settings(values)
+    settings, combined = resolve_settings(option_values(config))
     plugin: object
     if _xdist_controller(config):
         plugin = XdistControllerPlugin(config, settings, combined)

@@ -129,3 +129,18 @@ def test_a_typo_in_autotune_flags_stops_the_run_once(suite, monkeypatch):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: AUTOTUNE_FLAGS: unknown flag --autotune_cach_dir.*"])
     assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+
+
+def test_ini_options_and_the_command_line_add_up(suite):
+    first = suite.path / "first.textproto"
+    second = suite.path / "second.textproto"
+    run(suite, f"--autotune-dump={first}", "-k", "one").assert_outcomes(passed=1)
+    run(suite, f"--autotune-dump={second}", "-k", "two or three").assert_outcomes(passed=2)
+    suite.makepyprojecttoml(f"""
+        [tool.pytest.ini_options]
+        autotune_load = "{first}"
+        autotune_require_complete = true
+    """)
+    run(suite, f"--autotune-load={second}").assert_outcomes(passed=4)
+    result = run(suite)  # the ini alone: test_two and test_three miss, strictly
+    result.assert_outcomes(passed=2, failed=2)
