@@ -3,7 +3,8 @@
 The package is built as a wheel and as an editable wheel (setup.py adds
 autotune_cache_all_kernels.pth to both) and installed by pip into fresh virtual environments. Their
 Triton, torch and protobuf come from this interpreter's site-packages through a `_deps.pth`,
-which sorts before ours, as packages installed in the same site-packages would be found."""
+which sorts before ours, so they are importable when the hook runs, as packages installed in the
+same site-packages would be."""
 
 from __future__ import annotations
 
@@ -55,7 +56,11 @@ def make_venv(path: Path, wheel: Path, *, with_deps: bool) -> Path:
                           capture_output=True).stdout.strip()
     assert (Path(site) / PTH).is_file()
     if with_deps:
-        paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        # This interpreter's site-packages directories, including those it reaches through
+        # .pth files of its own (a Triton venv layered over another one).
+        paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                               *(p for p in sys.path
+                                 if p.endswith(("site-packages", "dist-packages")))])
         (Path(site) / "_deps.pth").write_text("\n".join(paths) + "\n")
     return python
 
