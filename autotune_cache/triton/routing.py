@@ -18,7 +18,8 @@ stay on Triton's autotuner too.
 Three ways to switch it on: `install()` / `uninstall()` / `with installed():` from Python;
 `AUTOTUNE_FLAGS=--autotune_all_kernels` in any process (and its subprocesses) whose
 site-packages holds the package's `autotune_cache_all_kernels.pth` (it calls `startup()`); and
-the pytest plugin, which calls `install_from_settings()`.
+runners (the pytest plugin, a Bazel test's main) that call `install_from_settings()` with the
+Settings they resolved.
 """
 
 from __future__ import annotations
