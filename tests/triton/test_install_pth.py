@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PTH = "autotune_cache_all_kernels.pth"
 
 pytestmark = pytest.mark.slow
+pytest.importorskip("pip", reason="installs the built wheels with this interpreter's pip")
+pytest.importorskip("setuptools", reason="builds the wheels with setuptools' PEP 517 hooks")
 
 
 @pytest.fixture(scope="module")
