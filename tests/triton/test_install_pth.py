@@ -8,6 +8,7 @@ same site-packages would be."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PTH = "autotune_cache_all_kernels.pth"
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("pip", reason="installs the built wheels with this interpreter's pip")
-pytest.importorskip("setuptools", reason="builds the wheels with setuptools' PEP 517 hooks")
+# Looked up, not imported: setuptools' distutils shim refuses to load after torch imported
+# distutils; the builds run in subprocesses.
+_MISSING = [m for m in ("pip", "setuptools") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"builds the wheels with setuptools and installs them with pip; missing: "
+                f"{', '.join(_MISSING)}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
