@@ -8,7 +8,9 @@ here) and the Bazel-facing entry points (rules/private/test_main.py,
 autotune_cache/xla/jax_test_helper.py) touch the environment.
 
 Variables (the table in docs/architecture.md):
-- AUTOTUNE_FLAGS (flags): the flag string, as XLA_FLAGS.
+- AUTOTUNE_FLAGS (flags): the flag string, as XLA_FLAGS. Outside the package's modules,
+  autotune_cache_all_kernels.pth tests it for `autotune_all_kernels` at interpreter start-up, before
+  anything is imported (then triton.routing.startup parses it through flags).
 - AUTOTUNE_REGEN_HINT (cache messages): the regen command the Bazel macro sets.
 - AUTOTUNE_PROGRESS (triton.progress): 1/true/yes/on always, 0/false/no/off never.
 - AUTOTUNE_BENCH_LOCK_DIR (triton.benchlock): where the device benchmarking locks live.

@@ -31,6 +31,7 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    all_kernels: bool = False
 
     def __post_init__(self) -> None:
         # The Python API accepts str paths, and one path where a list is expected.
@@ -180,6 +181,9 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("autotune_compile_workers", "compile_workers",
           "N  parallel compile workers (default: CPU count)",
           lambda f, v, env: _parse_int(f, v)),
+    _Flag("autotune_all_kernels", "all_kernels",
+          "[=true|false]  route every triton.autotune through the cache (docs/triton.md)",
+          lambda f, v, env: _parse_bool(f, v)),
 )
 _BY_NAME = {f.name: f for f in FLAGS}
 assert {f.field for f in FLAGS} == {f.name for f in fields(Settings)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,7 +16,7 @@ REPORT_NAME = "autotune_report.json"
 
 @dataclass
 class Stats:
-    """Hits, misses, stale entries and tuning time, for one process."""
+    """Hits, misses, stale entries, tuning time and which kernels were served, for one process."""
 
     hits: int = 0
     misses: int = 0
@@ -27,6 +28,10 @@ class Stats:
     tuning_seconds: float = 0.0
     saved_seconds: float = 0.0
     stale_keys: list[str] = field(default_factory=list)
+    # Kernels this cache looked results up for, and autotuned kernels that did not reach it
+    # (decorated by triton.autotune before autotune_cache.triton.install(); docs/triton.md).
+    kernels_served: set[str] = field(default_factory=set)
+    kernels_on_triton: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def hit(self, saved_seconds: float) -> None:
@@ -49,6 +54,17 @@ class Stats:
             self.peer_results += 1
             self.saved_seconds += saved_seconds
 
+    def served(self, kernel: str) -> None:
+        """Note that `kernel`'s results are looked up in this cache."""
+        if kernel not in self.kernels_served:
+            with self._lock:
+                self.kernels_served.add(kernel)
+
+    def left_on_triton(self, kernels: Iterable[str]) -> None:
+        """Note autotuned kernels that stay on Triton's own autotuner (not cached)."""
+        with self._lock:
+            self.kernels_on_triton.update(kernels)
+
     def tuning_done(self, seconds: float, benchmarks: int) -> None:
         with self._lock:
             self.tuned += 1
@@ -57,7 +73,7 @@ class Stats:
 
     @property
     def anything_happened(self) -> bool:
-        return bool(self.hits or self.misses or self.tuned)
+        return bool(self.hits or self.misses or self.tuned or self.kernels_on_triton)
 
     def summary_line(self) -> str:
         line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
@@ -68,11 +84,18 @@ class Stats:
             line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:
             line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
+        if self.kernels_on_triton:
+            names = sorted(self.kernels_on_triton)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            line += (f"; {len(names)} autotuned kernel(s) stayed on Triton's own autotuner, "
+                     f"uncached: {shown}")
         return line
 
     def as_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
         data["stale_keys"] = list(self.stale_keys)
+        data["kernels_served"] = sorted(self.kernels_served)
+        data["kernels_on_triton"] = sorted(self.kernels_on_triton)
         data["tuning_seconds"] = round(self.tuning_seconds, 6)
         data["saved_seconds"] = round(self.saved_seconds, 6)
         return data

@@ -2,7 +2,8 @@
 
 Change `@triton.autotune(...)` to `@autotune_cache.triton.autotune(...)` (same arguments) and the
 kernel's tuning results are looked up in, and recorded to, the tiers AUTOTUNE_FLAGS configures.
-See docs/triton.md.
+`install()` routes every `triton.autotune` (third-party libraries' kernels) through the same
+cache; see docs/triton.md.
 """
 
 from autotune_cache.triton.autotuner import (
@@ -13,6 +14,13 @@ from autotune_cache.triton.autotuner import (
 )
 from autotune_cache.triton.bench import fake_benchmark, set_fake_benchmark
 from autotune_cache.triton.device import INTERPRETER_DEVICE, current_device, interpreter_active
+from autotune_cache.triton.routing import (
+    UnroutedKernelsWarning,
+    install,
+    installed,
+    is_installed,
+    uninstall,
+)
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 
 __all__ = [
@@ -20,10 +28,15 @@ __all__ = [
     "AllConfigsFailedError",
     "Autotuner",
     "ConflictingMetaParametersError",
+    "UnroutedKernelsWarning",
     "autotune",
     "current_device",
     "ensure_triton_cache_dir",
     "fake_benchmark",
+    "install",
+    "installed",
     "interpreter_active",
+    "is_installed",
     "set_fake_benchmark",
+    "uninstall",
 ]

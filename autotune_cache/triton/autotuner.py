@@ -359,6 +359,7 @@ class Autotuner(_TritonAutotuner):
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
         cache = get_cache()
+        cache.stats.served(self.kernel_name)
         self._preload_winners(cache)
         # Entries from shared tiers are untrusted: a winner that is not one of this kernel's
         # candidates is a damaged entry (a miss), never launched.

@@ -1,0 +1,70 @@
+"""Ship autotune_cache_all_kernels.pth at the top of site-packages, in wheels and editable installs.
+
+Everything else about the package is declared in pyproject.toml. The .pth file is the start-up
+hook of AUTOTUNE_FLAGS=--autotune_all_kernels (docs/triton.md, "Third-party kernels"): a file
+outside every package, which setuptools has no declarative way to install, so two commands are
+extended, as coverage.py does for its own .pth file:
+
+* build_py copies it to the root of the build directory, which is the root of a regular wheel;
+* editable_wheel (PEP 660, `pip install -e`) adds it, with its RECORD line, to the editable wheel,
+  which is built from its own temporary directory and never sees build_py's copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+PTH_NAME = "autotune_cache_all_kernels.pth"
+PTH_SOURCE = Path(__file__).resolve().parent / "autotune_cache" / "triton" / PTH_NAME
+
+
+class BuildPyWithPth(build_py):
+    """build_py, plus the .pth file at the root of build_lib (the root of site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(str(PTH_SOURCE), str(Path(self.build_lib) / PTH_NAME))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH_NAME)]
+
+
+def add_to_wheel(wheel: Path, name: str, data: bytes) -> None:
+    """Add `name` at the wheel's root, with its line in RECORD, so installers install it and
+    uninstall removes it."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record_line = f"{name},sha256={digest},{len(data)}\n".encode()
+    staged = wheel.with_name(wheel.name + ".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as dst:
+        records = [i for i in src.infolist() if i.filename.endswith(".dist-info/RECORD")]
+        if len(records) != 1:
+            raise RuntimeError(f"{wheel}: expected one .dist-info/RECORD, found {len(records)}")
+        for item in src.infolist():
+            payload = src.read(item.filename)
+            if item is records[0]:
+                payload = record_line + payload
+            dst.writestr(item, payload)
+        dst.writestr(name, data)
+    os.replace(staged, wheel)
+
+
+class EditableWheelWithPth(editable_wheel):
+    """editable_wheel, plus the .pth file in the editable wheel it builds."""
+
+    def run(self) -> None:
+        super().run()
+        wheels = sorted(Path(self.dist_dir).glob("*editable*.whl"), key=os.path.getmtime)
+        if not wheels:
+            raise RuntimeError(f"no editable wheel in {self.dist_dir} to add {PTH_NAME} to")
+        add_to_wheel(wheels[-1], PTH_NAME, PTH_SOURCE.read_bytes())
+
+
+setup(cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth})
