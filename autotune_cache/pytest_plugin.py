@@ -73,6 +73,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--autotune-dump-merge", "autotune_dump_merge", "autotune_dump_merge", None,
            "keep the entries the dump file held before this run (incremental dumps; twin of "
            "--autotune_dump_merge)"),
+    Option("--autotune-all-kernels", "autotune_all_kernels", "autotune_all_kernels", None,
+           "route every triton.autotune (third-party libraries' kernels too) through the cache; "
+           "libraries imported before pytest configures are named in a warning (twin of "
+           "--autotune_all_kernels)"),
     Option("--autotune-cache-dir", "autotune_cache_dir", "autotune_cache_dir", "DIR",
            "per-kernel cache directory (twin of --autotune_cache_dir)"),
     Option("--autotune-require-complete", "require_complete_autotune_results",
@@ -620,6 +624,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
         return
     settings, combined = resolve_settings(option_values(config))
+    if settings.all_kernels:
+        # Before the test modules import the libraries whose kernels it routes.
+        from autotune_cache.triton.routing import install_from_settings
+
+        install_from_settings(settings)
     plugin: object
     if _xdist_controller(config):
         plugin = XdistControllerPlugin(config, settings, combined)

@@ -144,3 +144,16 @@ def test_ini_options_and_the_command_line_add_up(suite):
     run(suite, f"--autotune-load={second}").assert_outcomes(passed=4)
     result = run(suite)  # the ini alone: test_two and test_three miss, strictly
     result.assert_outcomes(passed=2, failed=2)
+
+
+def test_all_kernels_option_routes_triton_autotune_before_tests_import(suite):
+    suite.makepyfile(test_routed="""
+        import triton
+        from autotune_cache.triton import routing
+
+        def test_routed():
+            assert routing.is_installed()
+            assert triton.autotune is routing.routed_autotune
+    """)
+    run(suite, "test_routed.py", "--autotune-all-kernels").assert_outcomes(passed=1)
+    run(suite, "test_routed.py").assert_outcomes(failed=1)
