@@ -9,7 +9,6 @@ from typing import TypeVar
 
 from google.protobuf import message, text_format
 
-from autotune_cache import native_text
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.key import CacheKey
@@ -98,12 +97,6 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
                   newer_schema_hint: str = NEWER_SCHEMA_HINT) -> M:
     """Parse `data` as a `cls` message; errors name `path` and `what` kind of file it is."""
     msg = cls()
-    if text and (binary := native_text.text_to_binary(data, cls, path)) is not None:
-        try:  # protoc parsed it (a large file): the binary is the same message, built in C++
-            msg.ParseFromString(binary)
-            return msg
-        except message.DecodeError:
-            msg.Clear()
     try:
         if text:
             text_format.Parse(data.decode("utf-8"), msg)

@@ -1,5 +1,4 @@
-"""Loading a committed results file in a fresh process: the text index (issue 23) against the
-binary copy it replaced, in one run (CPU).
+"""Loading a committed results file in a fresh process, through its own index (issue 23; CPU).
 
     python bench/text_index_load.py OUT_DIR [--entries 10000] [--small 1000] [--candidates 8]
                                             [--reps 5] [--smoke]
@@ -7,8 +6,8 @@ binary copy it replaced, in one run (CPU).
 Builds, with cpu_cache_scaling's generator (the brief's matmul entries, the bytes the library
 writes), a text file of --entries entries (10,000 x 8 candidates: 39 MB), one of --small
 entries, and a binary file of --entries entries. Each measurement is a fresh Python process
-(a `python -c` child), so nothing is warm but the OS page cache, and nothing derived exists
-anywhere unless the row says so:
+(a `python -c` child), so nothing is warm but the OS page cache, and nothing derived from the
+file exists anywhere:
 
   load       loading FILE (the memory tier's load_file) after the import: wall seconds, and
              the child's CPU seconds (on a shared machine the steadier figure)
@@ -17,13 +16,14 @@ anywhere unless the row says so:
   peak RSS   the child's ru_maxrss after the lookups
   import     `import autotune_cache` in the child
 
-Rows `index`: this library (autotune_cache.results_index). Run `--reps` times each; the first
-and second process are reported, and the best and median over all.
+Each row runs `--reps` times; the first and second process are reported, and the best and
+median over all.
 
-Rows `old ...` run only while autotune_cache.binary_copy exists (before issue 23 removed it):
-the copy written on a first load (protoc parsing the text when grpc_tools is importable, else
-protobuf's Python parser), the copy read on a second load, and a plain parse with copies off.
-The figures of that run are kept in bench/results/text_index_load.md.
+The comparison with the binary copy the index replaced (issue 23) was measured by this script
+at commit dbe02c8, the last with autotune_cache.binary_copy, in one run: the copy written on a
+first load (protoc parsing the text: grpc_tools was importable), the copy read on later loads,
+and a plain parse with copies off, by protoc and by protobuf's Python parser. Its figures are in
+bench/results/text_index_load_vs_binary_copy.{md,json}; run that commit's script to redo them.
 
 Writes OUT_DIR/text_index_load.json and OUT_DIR/text_index_load.md. --smoke: 200 and 50
 entries, 2 candidates, one rep (checks the script, not the speed).
@@ -32,7 +32,6 @@ entries, 2 candidates, one rep (checks the script, not the speed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -48,33 +47,23 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cpu_cache_scaling import write_file  # noqa: E402
 from google.protobuf import __version__ as protobuf_version  # noqa: E402
 
-# What one child measures; argv: FILE, entries, mode (index | old-protoc | old-python |
-# old-off), the copy directory for the old modes.
+# What one child measures; argv: FILE, entries, the bench directory.
 CHILD = r"""
 import json, resource, sys, time
 started = time.perf_counter()
 import autotune_cache
-from autotune_cache import env
 imported = time.perf_counter() - started
-sys.path.insert(0, sys.argv[5])
+sys.path.insert(0, sys.argv[3])
 from cpu_cache_scaling import key_of
-path, n, mode, copies = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-if mode.startswith("old"):
-    from autotune_cache import binary_copy, native_text
-    if mode == "old-python":
-        native_text.available = lambda: False
-    env.environ()["AUTOTUNE_BINARY_CACHE_DIR"] = "off" if mode == "old-off" else copies
-    load, lookup = binary_copy.load_file, lambda f, k: f.get(k.digest())
-else:
-    from autotune_cache import results_index
-    load, lookup = results_index.load_file, lambda f, k: f.get(k)
+from autotune_cache.results_index import load_file
+path, n = sys.argv[1], int(sys.argv[2])
 t, c = time.perf_counter(), time.process_time()
-loaded = load(path)
+loaded = load_file(path)
 loaded_s, loaded_cpu_s = time.perf_counter() - t, time.process_time() - c
 lookups = []
 for i in (n // 2, n // 2 + 1, n // 2):
     t = time.perf_counter()
-    assert lookup(loaded, key_of(i)) is not None
+    assert loaded.get(key_of(i)) is not None
     lookups.append(time.perf_counter() - t)
 print(json.dumps({"import_s": imported, "load_s": loaded_s, "load_cpu_s": loaded_cpu_s,
                   "lookup1_ms": lookups[0] * 1e3, "lookup2_ms": lookups[1] * 1e3,
@@ -83,16 +72,14 @@ print(json.dumps({"import_s": imported, "load_s": loaded_s, "load_cpu_s": loaded
 """
 
 
-def child(path: Path, n: int, mode: str, copies: Path) -> dict:
+def child(path: Path, n: int) -> dict:
     """One fresh process's figures."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    environment.pop("AUTOTUNE_BINARY_CACHE_DIR", None)
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(n), mode, str(copies),
-                           str(ROOT / "bench")], env=environment, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(n), str(ROOT / "bench")],
+                          env=environment, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"child {mode} {path} failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"child {path} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -107,10 +94,6 @@ def summary(runs: list[dict]) -> dict:
     return out
 
 
-def old_path_exists() -> bool:
-    return importlib.util.find_spec("autotune_cache.binary_copy") is not None
-
-
 def measure(work: Path, args: argparse.Namespace) -> dict:
     files = {
         "text": (work / f"cache-{args.entries}.textproto", args.entries),
@@ -121,22 +104,9 @@ def measure(work: Path, args: argparse.Namespace) -> dict:
     for name, (path, n) in files.items():
         result["files"][name] = {"path": path.name, "entries": n,
                                  "bytes": write_file(path, n, args.candidates)}
-    copies = work / "copies"
     for name, (path, n) in files.items():
         result["rows"][f"index {name}"] = summary(
-            [child(path, n, "index", copies) for _ in range(max(2, args.reps))])
-    if old_path_exists():
-        for name, (path, n) in files.items():
-            mode = "old-protoc"
-            fresh = work / f"copies-{name}"
-            runs = [child(path, n, mode, fresh)]  # no copy yet: parse, write the copy
-            runs += [child(path, n, mode, fresh) for _ in range(max(1, args.reps))]
-            result["rows"][f"old {name}: copy written, then read"] = summary(runs)
-        path, n = files["text"]
-        result["rows"]["old text: copies off, protoc"] = summary(
-            [child(path, n, "old-off", copies)])
-        result["rows"]["old text: copies off, Python parser"] = summary(
-            [child(path, n, "old-python", work / "copies-python-off")])
+            [child(path, n) for _ in range(max(2, args.reps))])
     return result
 
 
