@@ -144,11 +144,13 @@ def main() -> None:
     if args.smoke:
         args.entries, args.small, args.candidates, args.reps = 200, 50, 2, 1
     args.out.mkdir(parents=True, exist_ok=True)
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="text-index-bench-") as tmp:
         result = measure(Path(tmp), args)
     result.update(command="python bench/text_index_load.py " + " ".join(sys.argv[2:]),
                   python=platform.python_version(), protobuf=protobuf_version,
-                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs")
+                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
+                          f"{load_at_start:.1f} at start")
     (args.out / "text_index_load.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "text_index_load.md").write_text(markdown(result))
     print(markdown(result))
