@@ -280,12 +280,16 @@ class Autotuner(_TritonAutotuner):
         device = current_device()
         tools = canonical_toolchain(toolchain(device))
         wanted = {}
-        for file in cache.memory.loaded:
-            for key, entry in file.items(self.kernel_name):
-                if (key.kernel == self.kernel_name and key.device == device
-                        and key.source_fingerprint == self.source_fingerprint
-                        and key.toolchain == tools and entry.result.triton_specialization):
-                    wanted[key.digest()] = entry.result.triton_specialization
+        try:
+            for file in cache.memory.loaded:
+                for key, entry in file.items(self.kernel_name):
+                    if (key.kernel == self.kernel_name and key.device == device
+                            and key.source_fingerprint == self.source_fingerprint
+                            and key.toolchain == tools and entry.result.triton_specialization):
+                        wanted[key.digest()] = entry.result.triton_specialization
+        except AutotuneCacheError as e:  # a damaged entry: the lookup that needs it says so
+            log.debug("autotune_cache: no preload of %s: %s", self.kernel_name, e)
+            return
         if not wanted:
             return
         _start_driver()
