@@ -28,13 +28,17 @@ Decisions:
 - The index is only trusted when the file is provably split right. A load checks, with byte
   scans of the whole file (no tokenizing): the file is `version: 1` then nothing but blocks;
   every block's first lines are `entries {`, `key {`, `kernel: "..."`, then optionally the two
-  fingerprints and `problem: "..."`, each a single string on its own line; and the words
-  `entries`, `key`, `kernel` and `problem` occur nowhere else, except inside a one-string line's
-  string. Then a file that protobuf's parser accepts holds exactly one entry per block (a
-  block closed early would need another top-level `entries` to reopen its last `}`), and each
-  entry's kernel and problem are its header's (no second `key`, `kernel` or `problem` can set
-  them again). A parsed block is still checked against its header (one entry, same kernel and
-  problem, nothing else at top level); a mismatch drops the index for a full parse.
+  fingerprints and `problem: "..."`, each a single string on its own line; the word `entries`
+  occurs nowhere else, and `problem` nowhere else in a block whose first lines have none,
+  except inside a one-string line's string. Then a file that protobuf's parser accepts holds
+  exactly one entry per block (a block closed early would need another top-level `entries` to
+  reopen its last `}`), and each entry's kernel and problem are its first lines': protobuf's
+  text parser (from 4.25, this package's floor, to 7.x) refuses a second `key`, and a second
+  `kernel` or `problem` once one is non-empty (tests/core/test_results_index.py checks that it
+  still does). Checking `key` and `kernel` as `entries` is checked would cost another 40 ms of
+  byte scans at 10,000 entries. A parsed block is still checked against its first lines (one
+  entry, the same kernel and problem, nothing else at top level); a mismatch drops the index
+  for a full parse.
 - Any other text file (hand-edited, another writer's spacing or field order, comments, CRLF)
   is parsed whole, as before, and the load logs once per file, at info level, that
   `autotune-cache convert FILE FILE` makes it canonical.
@@ -42,8 +46,12 @@ Decisions:
   action, so nothing but the reviewed file can change what a lookup returns.
 - A block that does not parse raises CorruptFileError naming the file and the line in the
   file, when the block is first needed (a lookup of its kernel and problem, a near-miss
-  search, `items()`); `autotune-cache verify` parses every block. A canonical file's damage
-  outside the blocks a process uses therefore costs that process nothing.
+  search, `items()`); `autotune-cache verify` parses the whole file. A canonical file's damage
+  outside the blocks a process uses therefore costs that process nothing. The escape cap
+  (limits.py) is checked on each block before it is parsed, and on the whole file before a
+  full parse.
+- The file's bytes stay in memory (the blocks are parsed from them): peak memory is about the
+  file's size, not the several times its size a full parse of text costs.
 - Several entries with one key: the last wins, as with a full parse.
 """
 
