@@ -44,9 +44,10 @@ class MemoryTier:
             for i, later in enumerate(loaded):
                 for earlier in loaded[:i]:
                     for kernel, problem in sorted(later.problems() & earlier.problems()):
-                        log.debug("autotune_cache: %s overrides %s for kernel %s, problem [%s] "
-                                  "where both hold the same key", later.path, earlier.path,
-                                  kernel, problem)
+                        # Entries stay unparsed here: name the (kernel, problem), not keys.
+                        log.debug("autotune_cache: %s overrides %s for any key both hold "
+                                  "(both have entries of kernel %s, problem [%s])", later.path,
+                                  earlier.path, kernel, problem)
         return cls(loaded, paths)
 
     def searched(self) -> list[str]:
