@@ -16,8 +16,6 @@ Variables (the table in docs/architecture.md):
 - AUTOTUNE_BENCH_LOCK_DIR (triton.benchlock): where the device benchmarking locks live.
 - AUTOTUNE_DUMP_RUN (dumpfile): set by the process that starts a dump run, inherited by the
   processes it starts, so that they add to that run's dump instead of starting their own.
-- AUTOTUNE_BINARY_CACHE_DIR, XDG_CACHE_HOME (binary_copy): where binary copies of large loaded
-  results files live; `off` disables them.
 - TRITON_PRINT_AUTOTUNING (triton.progress): Triton's switch; 1 means progress always.
 - TRITON_INTERPRET (triton.device): the CPU interpreter, for Triton releases without knobs.
 - TRITON_CACHE_DIR, TEST_TMPDIR (triton.sandbox): Triton's compile cache inside Bazel tests.
@@ -40,8 +38,6 @@ AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
 AUTOTUNE_BENCH_LOCK_DIR = "AUTOTUNE_BENCH_LOCK_DIR"
 AUTOTUNE_DUMP_RUN = "AUTOTUNE_DUMP_RUN"
-AUTOTUNE_BINARY_CACHE_DIR = "AUTOTUNE_BINARY_CACHE_DIR"
-XDG_CACHE_HOME = "XDG_CACHE_HOME"
 TRITON_PRINT_AUTOTUNING = "TRITON_PRINT_AUTOTUNING"
 TRITON_INTERPRET = "TRITON_INTERPRET"
 TRITON_CACHE_DIR = "TRITON_CACHE_DIR"

@@ -9,7 +9,6 @@ from typing import TypeVar
 
 from google.protobuf import message, text_format
 
-from autotune_cache import native_text
 from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.key import CacheKey
@@ -43,21 +42,31 @@ def is_text_path(path: Path | str) -> bool:
     return is_text_suffix(Path(path).suffix)
 
 
+_TEXT_HINT = ("Convert big results files to binary (`autotune-cache convert FILE.textproto "
+              "FILE.pb`), or prune them.")
+
+
 def read_capped(path: Path | str, limit: int | None = None, *,
-                follow_symlinks: bool = True) -> bytes:
+                follow_symlinks: bool = True, budget: bool = True) -> bytes:
     """Read a whole regular file without blocking (safeio.read_regular), refusing files over
     `limit` bytes; the default limit, and a cap on escapes, follow the extension (limits.py).
-    `follow_symlinks=False` for entries of a shared directory."""
+    `follow_symlinks=False` for entries of a shared directory. `budget=False` skips the cap on
+    escapes, for a caller that checks it itself before parsing (results_index: per entry)."""
     text = is_text_path(path)
     if limit is None:
         limit = min(MAX_TEXT_BYTES, MAX_FILE_BYTES) if text else MAX_FILE_BYTES
-    hint = ("Convert big results files to binary (`autotune-cache convert FILE.textproto "
-            "FILE.pb`), or prune them." if text else "Split it or prune it with "
-            "`autotune-cache prune`.")
+    hint = _TEXT_HINT if text else "Split it or prune it with `autotune-cache prune`."
     data = read_regular(path, limit, follow_symlinks=follow_symlinks, hint=hint)
-    if text and (problem := text_budget_problem(data)) is not None:
-        raise CorruptFileError(f"{path}: {problem}. {hint}")
+    if text and budget:
+        check_text_budget(data, path)
     return data
+
+
+def check_text_budget(data: bytes, path: Path | str) -> None:
+    """Raise CorruptFileError when text `data` (from `path`) would cost too much memory to
+    parse (limits.text_budget_problem)."""
+    if (problem := text_budget_problem(data)) is not None:
+        raise CorruptFileError(f"{path}: {problem}. {_TEXT_HINT}")
 
 
 # What protobuf's text parser says when a file uses names our schema lacks.
@@ -71,30 +80,31 @@ NEWER_SCHEMA_HINT = (
 )
 
 
+def parse_error(path: Path | str, detail: str, *, text: bool, what: str, data: bytes = b"",
+                newer_schema_hint: str = NEWER_SCHEMA_HINT) -> CorruptFileError:
+    """The error for `data` (read from `path`) that protobuf's parser refused with `detail`."""
+    detail = detail.rstrip(".")
+    kind = "text" if text else "binary"
+    hint = "Regenerate it, or check it with `autotune-cache verify`."
+    if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
+        hint = newer_schema_hint
+    elif not text and data[:1].isalpha():
+        hint = "It looks like text: give it a .textproto extension."
+    return CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}")
+
+
 def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, what: str,
                   newer_schema_hint: str = NEWER_SCHEMA_HINT) -> M:
     """Parse `data` as a `cls` message; errors name `path` and `what` kind of file it is."""
     msg = cls()
-    kind = "text" if text else "binary"
-    if text and (binary := native_text.text_to_binary(data, cls, path)) is not None:
-        try:  # protoc parsed it (a large file): the binary is the same message, built in C++
-            msg.ParseFromString(binary)
-            return msg
-        except message.DecodeError:
-            msg.Clear()
     try:
         if text:
             text_format.Parse(data.decode("utf-8"), msg)
         else:
             msg.ParseFromString(data)
     except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
-        detail = str(e).rstrip(".")
-        hint = "Regenerate it, or check it with `autotune-cache verify`."
-        if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
-            hint = newer_schema_hint
-        elif not text and data[:1].isalpha():
-            hint = "It looks like text: give it a .textproto extension."
-        raise CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}") from e
+        raise parse_error(path, str(e), text=text, what=what, data=data,
+                          newer_schema_hint=newer_schema_hint) from e
     return msg
 
 
@@ -176,15 +186,15 @@ def load_results(path: Path | str) -> list[pb.Entry]:
     return list(parse_results(read_results_file(path), path).entries)
 
 
-def read_results_file(path: Path) -> bytes:
+def read_results_file(path: Path, *, budget: bool = True) -> bytes:
     """The bytes of a results file given to load, with messages for a missing path or a
-    directory."""
+    directory; `budget` as for read_capped."""
     if path.is_dir():
         raise CorruptFileError(
             f"{path}: is a directory; pass a results file, or use --autotune_cache_dir for a "
             "cache directory.")
     try:
-        return read_capped(path)
+        return read_capped(path, budget=budget)
     except FileNotFoundError as e:
         raise CorruptFileError(
             f"{path}: autotune results file does not exist. Generate it with the dump flag "

@@ -8,8 +8,9 @@ every read is bounded before it is parsed, and the bound is on *memory*, not onl
   byte (`\\001`: measured with protobuf 7.36 / upb), so a text file has a far lower cap *and* a
   cap on backslash escapes. The worst text file accepted then costs about
   6 x MAX_TEXT_BYTES + 140 x MAX_TEXT_ESCAPES = ~550 MB to parse. 64 MiB admits a committed
-  10,000-entry cache with 8 candidates per entry (39 MB), which then loads through its binary
-  copy (binary_copy.py); larger caches are committed as binary (`autotune-cache convert`);
+  10,000-entry cache with 8 candidates per entry (39 MB), which then loads through its own
+  index (results_index.py: a load parses only the entries it uses, and the escape cap is
+  checked per parsed entry); larger caches are committed as binary (`autotune-cache convert`);
 - one cache-directory entry or Redis value is a few KiB; anything far larger is not ours.
 
 docs/security.md states these limits (a test checks the numbers there against this module).

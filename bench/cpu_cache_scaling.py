@@ -7,20 +7,19 @@ For each size (entries) and candidate count (timings per entry) it builds a resu
 realistic entries (the brief's matmul: three block sizes, warps, stages; two toolchain
 versions), as text and as binary, and a cache directory, then measures:
 
-  load text, parse   Cache(--load_autotune_results_from=FILE.textproto), binary copies off:
-                     the text parse every test paid before (only up to --parse-limit entries:
-                     above it, `1st` below is the same parse plus a small write)
-  load text, 1st     the same with copies on and none yet: parse + writing the copy (one run)
-  load text          the same again: the copy is read (the target: <= 0.3 s at 10,000)
-  load binary        FILE.pb, copies off, and with copies on (second load)
+  load text, parse   formats.load_results(FILE.textproto): the whole-file parse the CLI's verbs
+                     (and a non-canonical file's load) pay (only up to --parse-limit entries)
+  load text, 1st     Cache(--load_autotune_results_from=FILE.textproto): the file indexed
+                     (results_index), one run
+  load text          the same again (the target: <= 0.15 s at 10,000 x 8)
+  load binary        Cache(--load_autotune_results_from=FILE.pb)
   lookup             a hit's cost, first use of an entry (parsed on use) and repeated
   first miss         a miss, which searches every loaded entry for near misses
   dir lookup         DirectoryTier.get of a hit and a miss, and a near-miss scan, in a
                      directory of N entry files (up to --dir-limit entries)
   CLI                `python -m autotune_cache` inspect --json, verify, convert (text to
                      binary), diff and merge (against a binary file of N-1 entries) and
-                     prune --dry-run, each a fresh process, on the text file once its copy
-                     exists
+                     prune --dry-run, each a fresh process, on the text file
 
 Times are the best of --reps runs (wall clock, and CPU time of this process: the CI machine
 is shared, so wall time there includes other jobs' load); the CLI is one run each. Files over
@@ -50,9 +49,9 @@ sys.path.insert(0, str(ROOT))
 from google.protobuf import __version__ as protobuf_version  # noqa: E402
 from google.protobuf import text_format  # noqa: E402
 
-from autotune_cache import Cache, Settings, binary_copy, env  # noqa: E402
+from autotune_cache import Cache, Settings  # noqa: E402
 from autotune_cache.dirstore import DirectoryStore  # noqa: E402
-from autotune_cache.formats import FORMAT_VERSION, MAX_FILE_BYTES  # noqa: E402
+from autotune_cache.formats import FORMAT_VERSION, MAX_FILE_BYTES, load_results  # noqa: E402
 from autotune_cache.key import CacheKey, Device  # noqa: E402
 from autotune_cache.limits import MAX_TEXT_BYTES  # noqa: E402
 from autotune_cache.proto import autotune_results_pb2 as pb  # noqa: E402
@@ -138,20 +137,13 @@ def timed(fn: Callable[[], object], reps: int) -> dict:
             "median_wall_s": round(walls[len(walls) // 2], 5), "reps": reps}
 
 
-def with_env(copies: Path | str, fn: Callable[[], object]) -> Callable[[], object]:
-    def run() -> object:
-        with env.use({**os.environ, env.AUTOTUNE_BINARY_CACHE_DIR: str(copies)}):
-            return fn()
-    return run
-
-
 def load(path: Path) -> Callable[[], Cache]:
     return lambda: Cache(Settings(load_from=(path,)))
 
 
-def cli(args: list[str], copies: Path, log: Path) -> dict:
+def cli(args: list[str], log: Path) -> dict:
     """One `python -m autotune_cache` process; wall seconds and exit status."""
-    environment = {**os.environ, env.AUTOTUNE_BINARY_CACHE_DIR: str(copies),
+    environment = {**os.environ,
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
@@ -165,7 +157,6 @@ def cli(args: list[str], copies: Path, log: Path) -> dict:
 
 
 def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> dict:
-    copies = work / "copies"
     text, binary = work / f"cache-{n}-{candidates}.textproto", work / f"cache-{n}-{candidates}.pb"
     row: dict = {"entries": n, "candidates": candidates}
     row["text_bytes"] = write_file(text, n, candidates)
@@ -178,10 +169,10 @@ def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> di
         row["text"] = f"refused: {row['text_bytes']:,} bytes > the {text_cap:,}-byte text cap"
     else:
         if n <= args.parse_limit:
-            row["load_text_parse"] = timed(with_env("off", load(text)), 1)
-        row["load_text_first"] = timed(with_env(copies, load(text)), 1)
-        row["load_text"] = timed(with_env(copies, load(text)), reps)
-        cache = with_env(copies, load(text))()
+            row["load_text_parse"] = timed(lambda: load_results(text), 1)
+        row["load_text_first"] = timed(load(text), 1)
+        row["load_text"] = timed(load(text), reps)
+        cache = load(text)()
         assert isinstance(cache, Cache)
         row["lookup_first_us"] = round(timed(lambda: [cache.lookup(k) for k in hits], 1)
                                        ["wall_s"] / len(hits) * 1e6, 2)
@@ -193,9 +184,7 @@ def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> di
         row["binary"] = (f"refused: {row['binary_bytes']:,} bytes > the {MAX_FILE_BYTES:,}-byte "
                          "cap")
     else:
-        row["load_binary_nocopy"] = timed(with_env("off", load(binary)), reps)
-        with_env(copies, load(binary))()
-        row["load_binary"] = timed(with_env(copies, load(binary)), reps)
+        row["load_binary"] = timed(load(binary), reps)
 
     if n <= args.dir_limit:
         directory = work / f"dir-{n}-{candidates}"
@@ -212,14 +201,13 @@ def measure(work: Path, n: int, candidates: int, args: argparse.Namespace) -> di
         other = work / f"other-{n}-{candidates}.pb"  # binary: diff and merge read a 2nd file
         write_file(other, max(1, n - 1), candidates)
         row["cli"] = {
-            "inspect": cli(["inspect", "--json", str(text)], copies, log),
-            "verify": cli(["verify", str(text)], copies, log),
-            "convert": cli(["convert", str(text), str(work / "converted.pb")], copies, log),
-            "diff": cli(["diff", str(other), str(text)], copies, log),
+            "inspect": cli(["inspect", "--json", str(text)], log),
+            "verify": cli(["verify", str(text)], log),
+            "convert": cli(["convert", str(text), str(work / "converted.pb")], log),
+            "diff": cli(["diff", str(other), str(text)], log),
             "merge": cli(["merge", str(other), str(text), "-o", str(work / "merged.pb"),
-                          "--on-conflict", "newest"], copies, log),
-            "prune": cli(["prune", str(text), "--keep-device", "H200", "--dry-run"], copies,
-                         log),
+                          "--on-conflict", "newest"], log),
+            "prune": cli(["prune", str(text), "--keep-device", "H200", "--dry-run"], log),
         }
         other.unlink()
     for p in (text, binary):
@@ -242,23 +230,22 @@ def _fmt(v: object) -> str:
 def markdown(result: dict) -> str:
     rows = result["rows"]
     lines = [f"machine: {result['machine']}", "",
-             "| entries | cand. | text MB | load text, parse (before) | load text, 1st (parse + "
-             "copy) | **load text (copy)** | load .pb, no copy | load .pb (copy) | lookup hit "
-             "1st / again (µs) | 1st miss | dir hit / miss (µs) | dir near-miss scan |",
-             "| " + " | ".join(["---"] * 12) + " |"]
+             "| entries | cand. | text MB | load text, whole parse | load text, 1st (index) | "
+             "**load text (index)** | load .pb | lookup hit 1st / again (µs) | 1st miss | dir "
+             "hit / miss (µs) | dir near-miss scan |",
+             "| " + " | ".join(["---"] * 11) + " |"]
     for r in rows:
         lines.append("| " + " | ".join([
             f"{r['entries']:,}", str(r["candidates"]), f"{r['text_bytes'] / 1e6:.1f}",
             _fmt(r.get("load_text_parse", r.get("text", "not run"))),
             _fmt(r.get("load_text_first")), _fmt(r.get("load_text")),
-            _fmt(r.get("load_binary_nocopy", r.get("binary"))), _fmt(r.get("load_binary")),
+            _fmt(r.get("load_binary", r.get("binary"))),
             f"{_fmt(r.get('lookup_first_us'))} / {_fmt(r.get('lookup_us'))}",
             _fmt(r.get("first_miss")),
             f"{_fmt(r.get('dir_hit_us'))} / {_fmt(r.get('dir_miss_us'))}",
             _fmt(r.get("dir_near_miss_scan"))]) + " |")
     verbs = ("inspect", "verify", "convert", "diff", "merge", "prune")
-    lines += ["", "CLI, one fresh process each, on the text file once its binary copy exists "
-              "(wall s):", "",
+    lines += ["", "CLI, one fresh process each, on the text file (wall s):", "",
               "| entries | cand. | " + " | ".join(verbs) + " |",
               "| " + " | ".join(["---"] * (len(verbs) + 2)) + " |"]
     for r in rows:
@@ -284,7 +271,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.sizes, args.candidates, args.reps = "20,60", "2,4", 2
-        binary_copy.MIN_BYTES = 0  # tiny files still go through their copies
     args.out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("autotune_cache").setLevel(logging.ERROR)  # the near-miss warnings
     result = {

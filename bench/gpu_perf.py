@@ -70,17 +70,14 @@ class Runner:
         self.partial_path = partial_path
         self.partial: dict | None = {} if partial_path is not None else None
 
-    def env(self, flags: str = "", triton_cache: Path | None = None,
-            binary_copies: Path | None = None) -> dict[str, str]:
-        """A child's environment; results files' binary copies (binary_copy.py) are off unless
-        `binary_copies` names their directory."""
+    def env(self, flags: str = "", triton_cache: Path | None = None) -> dict[str, str]:
+        """A child's environment."""
         environment = {k: v for k, v in os.environ.items()
                        if k not in ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR")}
         environment.update(
             PYTHONPATH=os.pathsep.join([*self.pythonpath, str(ROOT),
                                         *filter(None, [os.environ.get("PYTHONPATH")])]),
-            AUTOTUNE_FLAGS=flags, PYTHONUNBUFFERED="1",
-            AUTOTUNE_BINARY_CACHE_DIR=str(binary_copies) if binary_copies else "off")
+            AUTOTUNE_FLAGS=flags, PYTHONUNBUFFERED="1")
         if triton_cache is not None:
             environment["TRITON_CACHE_DIR"] = str(triton_cache)
         if self.smoke:
@@ -117,10 +114,10 @@ class Runner:
         return result
 
     def workload(self, label: str, tuner: str, flags: str, triton_cache: Path,
-                 *extra: str, binary_copies: Path | None = None) -> dict:
+                 *extra: str) -> dict:
         cmd = [sys.executable, str(BENCH / "triton_matmul_workload.py"), "--tuner", tuner,
                *extra]
-        return self.run(label, cmd, self.env(flags, triton_cache, binary_copies))
+        return self.run(label, cmd, self.env(flags, triton_cache))
 
 
 def _free_port() -> int:
@@ -197,10 +194,7 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
     out["ours_cold"] = run.workload("C ours", "ours", f"--dump_autotune_results_to="
                                     f"{results_file}", fresh("ours-cold"))
     print("== A: fresh sandbox loading the results", flush=True)
-    # A's process is the first to load the results: it writes their binary copy, which B's
-    # (both caches warm) reads; every other child runs without copies.
-    copies = fresh("binary-copies")
-    out["ours_loaded"] = run.workload("A ours", "ours", load, tc_a, binary_copies=copies)
+    out["ours_loaded"] = run.workload("A ours", "ours", load, tc_a)
     out["winners_only"] = run.workload("A winners", "winners", "", fresh("winners"),
                                        "--results", str(results_file))
     if not args.skip_a2:
@@ -222,7 +216,7 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
                                       else info.stderr.strip()[-300:])
     print("== B: both caches warm", flush=True)
     out["triton_warm"] = run.workload("B triton", "triton-cached", "", tc_triton)
-    out["ours_warm"] = run.workload("B ours", "ours", load, tc_a, binary_copies=copies)
+    out["ours_warm"] = run.workload("B ours", "ours", load, tc_a)
     print("== E: hit path of a tiny kernel", flush=True)
     out["launch"] = run.run("E launch", [
         sys.executable, str(BENCH / "triton_launch_overhead.py"),

@@ -97,7 +97,7 @@ def child(variant: str, results: str) -> int:
 def _env(flags: str, triton_cache: str) -> dict[str, str]:
     environment = dict(os.environ)
     environment.update(AUTOTUNE_FLAGS=flags, TRITON_CACHE_DIR=triton_cache,
-                       AUTOTUNE_BINARY_CACHE_DIR="off", PYTHONUNBUFFERED="1",
+                       PYTHONUNBUFFERED="1",
                        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                                os.environ.get("PYTHONPATH")])))
     return environment

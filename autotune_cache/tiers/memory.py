@@ -7,9 +7,9 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune_cache.binary_copy import LoadedFile, load_file
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.results_index import LoadedFile, load_file
 from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")
@@ -20,8 +20,9 @@ THIS_PROCESS = "this process"
 class MemoryTier:
     """What this process tuned or looked up, then the loaded files (the last file wins).
 
-    Loaded files stay as `binary_copy.LoadedFile`s, whose entries are parsed and keyed on first
-    use, so loading a large committed file costs no per-entry work."""
+    Loaded files stay as `results_index.LoadedFile`s, indexed by (kernel, problem), whose
+    entries are parsed and keyed on first use, so loading a large committed file costs no
+    per-entry work."""
 
     name = "memory"
     shared = False
@@ -42,9 +43,11 @@ class MemoryTier:
         if log.isEnabledFor(logging.DEBUG):
             for i, later in enumerate(loaded):
                 for earlier in loaded[:i]:
-                    for digest in later.raw.keys() & earlier.raw.keys():
-                        log.debug("autotune_cache: %s overrides %s for key %s",
-                                  later.path, earlier.path, digest)
+                    for kernel, problem in sorted(later.problems() & earlier.problems()):
+                        # Entries stay unparsed here: name the (kernel, problem), not keys.
+                        log.debug("autotune_cache: %s overrides %s for any key both hold "
+                                  "(both have entries of kernel %s, problem [%s])", later.path,
+                                  earlier.path, kernel, problem)
         return cls(loaded, paths)
 
     def searched(self) -> list[str]:
@@ -64,7 +67,7 @@ class MemoryTier:
         if found is not None:
             return found
         for file in reversed(self.loaded):
-            got = file.get(digest)
+            got = file.get(key)
             if got is not None:
                 return Found(got[1], got[0], str(file.path))
         return None
@@ -75,7 +78,7 @@ class MemoryTier:
     def same_problem(self, key: CacheKey) -> Iterator[Found]:
         yield from list(self.memory.values())
         for file in reversed(self.loaded):
-            for k, entry in file.items():
+            for k, entry in file.same_problem(key):
                 yield Found(entry, k, str(file.path))
 
     def lock(self, key: CacheKey, timeout: float) -> contextlib.nullcontext[bool]:

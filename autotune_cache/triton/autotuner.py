@@ -261,15 +261,16 @@ class Autotuner(_TritonAutotuner):
         Decisions: a preload compiles exactly the recorded specialization and files it under
         the recorded JIT key, so a launch with another specialization never uses it: it
         compiles as usual and the preload was only wasted work. Any failure is logged at debug
-        level and ignored. Loaded files with more than PRELOAD_SCAN_LIMIT entries are not
-        scanned (reading every key would cost more than it saves). Keys whose winners record
+        level and ignored. Only this kernel's entries are read (each is parsed: results_index),
+        and not at all when the loaded files hold more than PRELOAD_SCAN_LIMIT of them (reading
+        every one would cost more than it saves). Keys whose winners record
         the same specialization share one compile."""
         if self._preloads is not None:
             return
         self._preloads = {}
         if interpreter_active() or not cache.memory.loaded:
             return
-        if sum(len(f) for f in cache.memory.loaded) > PRELOAD_SCAN_LIMIT:
+        if sum(f.count_of(self.kernel_name) for f in cache.memory.loaded) > PRELOAD_SCAN_LIMIT:
             return
         jit_fn = self.fn
         while not hasattr(jit_fn, "preload") and hasattr(jit_fn, "fn"):
@@ -279,12 +280,16 @@ class Autotuner(_TritonAutotuner):
         device = current_device()
         tools = canonical_toolchain(toolchain(device))
         wanted = {}
-        for file in cache.memory.loaded:
-            for key, entry in file.items():
-                if (key.kernel == self.kernel_name and key.device == device
-                        and key.source_fingerprint == self.source_fingerprint
-                        and key.toolchain == tools and entry.result.triton_specialization):
-                    wanted[key.digest()] = entry.result.triton_specialization
+        try:
+            for file in cache.memory.loaded:
+                for key, entry in file.items(self.kernel_name):
+                    if (key.kernel == self.kernel_name and key.device == device
+                            and key.source_fingerprint == self.source_fingerprint
+                            and key.toolchain == tools and entry.result.triton_specialization):
+                        wanted[key.digest()] = entry.result.triton_specialization
+        except AutotuneCacheError as e:  # a damaged entry: the lookup that needs it says so
+            log.debug("autotune_cache: no preload of %s: %s", self.kernel_name, e)
+            return
         if not wanted:
             return
         _start_driver()
@@ -551,8 +556,11 @@ class Autotuner(_TritonAutotuner):
         return entry, configs[best]
 
 
-# _preload_winners: scan loaded files up to this many entries, preload at most this many winners.
-PRELOAD_SCAN_LIMIT = 2000
+# _preload_winners: scan loaded files up to this many entries of the kernel, preload at most this
+# many winners. Each scanned entry of a canonical text file is parsed then (about 1.5 ms with 8
+# candidates: bench/results/text_index_load.md), so 256 bounds the scan at about 0.4 s; it was
+# 2000 while loaded files were read through binary copies.
+PRELOAD_SCAN_LIMIT = 256
 PRELOAD_MAX = 64
 
 

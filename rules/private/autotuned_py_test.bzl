@@ -6,25 +6,19 @@ The macro turns XLA's three-step test recipe (dump with sharding off, commit, lo
 - `<name>`: the test in load mode, with the committed cache in `data`;
 - `<name>.dump`: the same test dumping every result it used or tuned to
   `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto`;
-- `<name>.regen`: `bazel run` it to run the dump and write the new cache into the source tree;
-- `<name>.binary_copy` (backend "triton"): the binary copy of the committed cache, made by a
-  build action (binary_copy.bzl), which the load-mode test reads instead of parsing the text.
+- `<name>.regen`: `bazel run` it to run the dump and write the new cache into the source tree.
 """
 
-load(":binary_copy.bzl", "autotune_binary_copy")
 load(":cache_location.bzl", "cache_location", "repository_prefix")
 load(
     ":constants.bzl",
     "AUTOTUNE_FLAGS_ENV",
-    "BINARY_COPY_DIR_ENV",
-    "BINARY_COPY_TARGET_SUFFIX",
     "DUMP_TARGET_ENV",
     "REGEN_HINT_ENV",
     "REGEN_TARGET_SUFFIX",
     "RUNNER_ENV",
     "SHARD_TEST_CASES_ENV",
     "TEST_MAIN_ENV",
-    "WORKSPACE_PREFIX",
     "XLA_FLAGS_ENV",
 )
 load(":dump_test.bzl", "DUMP_DROPPED_KWARGS", "autotuned_dump_test")
@@ -105,38 +99,6 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
         result.pop(variable, None)
     return result
 
-def _binary_copy(name, backend, env, location, visibility):
-    """Declares `<name>.binary_copy` when the load-mode test should read the cache through it.
-
-    Only for backend "triton": XLA reads its own file (XLA_FLAGS) with its own parser, which
-    knows nothing of our copies. Not when the cache does not exist yet, nor when the user set
-    AUTOTUNE_BINARY_CACHE_DIR in `env` (their directory, or `off`, wins).
-
-    Args:
-      name: the macro's `name`.
-      backend: the macro's `backend`.
-      env: the user's env.
-      location: the resolved cache (cache_location.bzl).
-      visibility: the test's visibility.
-
-    Returns:
-      The label to add to the load test's data and the value of AUTOTUNE_BINARY_CACHE_DIR for
-      its env, or (None, None).
-    """
-    if backend != "triton" or not location.exists or BINARY_COPY_DIR_ENV in env:
-        return None, None
-    copy = ":" + name + BINARY_COPY_TARGET_SUFFIX
-    autotune_binary_copy(
-        name = name + BINARY_COPY_TARGET_SUFFIX,
-        src = location.label,
-        # Built as a dependency of the test only: never alone by `bazel build //...` (nor for
-        # a test that is itself manual or skipped).
-        tags = ["manual"],
-        testonly = True,
-        visibility = visibility,
-    )
-    return copy, "{}$(rootpath {})".format(WORKSPACE_PREFIX, copy)
-
 def autotuned_py_test(
         name,
         srcs,
@@ -182,33 +144,19 @@ def autotuned_py_test(
     - `<name>.regen`: `bazel run` it to run the dump (and those of every other test sharing
       the cache file) and write the union of their results to the cache in the source tree,
       printing the entries added, removed and changed.
-    - `<name>.binary_copy` (backend "triton", when the cache exists): a build action that
-      writes the cache's binary copy (`autotune_cache.binary_copy.make_copy`) into a
-      directory; the load-mode test gets it in `data` and
-      `AUTOTUNE_BINARY_CACHE_DIR=TEST_WORKSPACE/$(rootpath :<name>.binary_copy)`, so it reads
-      the copy (tens of milliseconds) instead of parsing a large text file (seconds to tens of
-      seconds), and every message still names the committed file. The action's only inputs
-      are the file and the tool: Bazel's action cache (and a disk or remote cache) run it once
-      per content of the file. Files under the library's MIN_BYTES (16 KiB) get no copy
-      (they parse in about 10 ms; the directory then holds only a README.txt saying so); a
-      damaged or stale copy falls back to parsing the file. Tagged `manual`: it is built as
-      the test's dependency only. `.dump` and `.regen` never use it. A user's `AUTOTUNE_BINARY_CACHE_DIR` in `env` wins (a directory
-      of their own, or `off` for no copies at all): the target is then not generated.
 
     If the cache file does not exist yet the targets still build: load mode then runs without a
     load flag (with `require_complete` the first lookup fails and prints the regen hint).
 
     Args:
-      name: name of the load-mode test; also the prefix of `<name>.dump`, `<name>.regen` and
-        `<name>.binary_copy`.
+      name: name of the load-mode test; also the prefix of `<name>.dump` and `<name>.regen`.
       srcs: Python sources, as for py_test. `main` must be among them; by default it is the
         one whose path ends in `<name>.py` (e.g. `tests/<name>.py`), as for py_test.
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
       data: py_test data; the cache file is appended.
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
         macro's flags are appended; setting a flag the macro owns (load, dump, require
-        complete, per-fusion dir) is an error. `AUTOTUNE_BINARY_CACHE_DIR` set here replaces
-        the `.binary_copy` target (see above; `"off"` turns binary copies off).
+        complete, per-fusion dir) is an error.
       cache: the committed results file: a file name relative to this package, or a label
         (string or `Label`) of a source file in the test's own repository; every spelling of
         that repository is accepted (`//`, `@//`, `@@//`, `@<its name>//`). Default
@@ -290,16 +238,11 @@ def autotuned_py_test(
         require_complete = require_complete,
         xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
     )
-    load_data = data
-    copy, copy_dir = _binary_copy(name, backend, env, location, kwargs.get("visibility"))
-    if copy:
-        load_data = data + [copy]
-        load_env[BINARY_COPY_DIR_ENV] = copy_dir
     autotuned_load_test(
         name = name,
         srcs = srcs,
         deps = deps,
-        data = load_data,
+        data = data,
         env = load_env,
         location = location,
         regen_hint = regen_hint,

@@ -16,10 +16,9 @@ DUMP_TAG = "autotune_dump"
 # to the root of the repository that holds the cache).
 CACHE_PATH_TAG_PREFIX = "autotune_cache_path="
 
-# Suffixes of the generated targets: `<name>.dump`, `<name>.regen` and `<name>.binary_copy`.
+# Suffixes of the generated targets: `<name>.dump` and `<name>.regen`.
 DUMP_TARGET_SUFFIX = ".dump"
 REGEN_TARGET_SUFFIX = ".regen"
-BINARY_COPY_TARGET_SUFFIX = ".binary_copy"
 
 # The file every `.dump` target writes into TEST_UNDECLARED_OUTPUTS_DIR; //tools:regen_cache
 # reads it back from bazel-testlogs/<pkg>/<name>/test.outputs/.
@@ -34,10 +33,6 @@ SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
 # Set to "pytest" on the targets of `runner = "pytest"`: the wrapper then runs the main with
 # pytest instead of as `__main__`.
 RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
-
-# Where the library looks for binary copies of large loaded results files; the load test gets
-# TEST_WORKSPACE/<runfiles path of its `.binary_copy` directory> (autotune_cache/env.py).
-BINARY_COPY_DIR_ENV = "AUTOTUNE_BINARY_CACHE_DIR"
 
 # The flag variables: our library's and XLA's.
 AUTOTUNE_FLAGS_ENV = "AUTOTUNE_FLAGS"

@@ -171,8 +171,6 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
         "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
                           " --require_complete_autotune_results",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
-        # The build's binary copy of the cache (load mode and backend "triton" only).
-        "AUTOTUNE_BINARY_CACHE_DIR": "TEST_WORKSPACE/bazel_fixtures/triton_env_test.binary_copy",
     }
     assert env(labels[1]) == {
         "XLA_FLAGS": f"--xla_gpu_autotune_level=4 --xla_gpu_load_autotune_results_from={xla_cache}"

@@ -2,7 +2,7 @@
 changes directory, a user's test_main.py, Label caches, caches in another package, a broken
 package during a full regen, the dump's own size/timeout, remote-execution attributes; and
 issue 14's pytest-style file (`runner = "pytest"`): dump, regen, load over three shards, a strict
-miss failing one item; issue 13's `<name>.binary_copy` build action (target T).
+miss failing one item; issue 23's large committed text cache, loaded through its own index.
 
 The fixtures live in tests/bazel/fixtures/ruleset/ (//bazel_fixtures/ruleset/... in the scratch
 workspace); each case has its own package, so that one the ruleset cannot load fails alone.
@@ -19,7 +19,6 @@ from xml.etree import ElementTree
 
 import pytest
 
-from autotune_cache import binary_copy
 from autotune_cache.formats import load_results, save_results
 from tests.bazel.harness import Workspace
 from tests.cachetools import fake_tune, make_key
@@ -265,12 +264,11 @@ def test_pytest_dump_refuses_forced_shards(workspace: Workspace) -> None:
     assert f"autotune dump: {label} is running as shard 1 of 3" in log, log[-2000:]
 
 
-# ----- `<name>.binary_copy` (issue 13, target T) --------------------------------------------------
+# ----- a large committed text cache loads through its own index (issue 23) ------------------------
 
-COPY_PKG = f"{PKG}/binary_copy"
-COPY_LABEL = f"//{COPY_PKG}:binary_copy_test"
-COPY_CACHE = f"{COPY_PKG}/binary_copy_test.autotune.textproto"
-COPY_MNEMONIC = "AutotuneBinaryCopy"
+INDEX_PKG = f"{PKG}/text_index"
+INDEX_LABEL = f"//{INDEX_PKG}:text_index_test"
+INDEX_CACHE = f"{INDEX_PKG}/text_index_test.autotune.textproto"
 
 
 def write_cache(path: Path, entries: int, n: int = 128) -> int:
@@ -281,143 +279,31 @@ def write_cache(path: Path, entries: int, n: int = 128) -> int:
     return path.stat().st_size
 
 
-def spawns(log: Path) -> list[dict]:
-    """The spawns of `--execution_log_json_file` (a stream of JSON objects): every action
-    Bazel ran or took from a (disk or remote) cache; a local action cache hit is not there."""
-    text, decoder, position, found = log.read_text(), json.JSONDecoder(), 0, []
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position == len(text):
-            return found
-        spawn, position = decoder.raw_decode(text, position)
-        found.append(spawn)
-
-
-def run_copy_test(ws: Workspace, tmp_path: Path, step: str, label: str = COPY_LABEL,
-                  *flags: str) -> tuple[list[dict], dict]:
-    """`bazel test` of the fixture (never a cached result; a disk cache for actions): the
-    binary-copy spawns it ran and the fixture's report of how the cache was loaded."""
-    log = tmp_path / f"{step}.execlog.json"
-    ws.run("test", label, "--nocache_test_results", f"--disk_cache={tmp_path / 'disk_cache'}",
-           f"--execution_log_json_file={log}", *flags)
-    ran = spawns(log)
-    assert any(s["mnemonic"] == "TestRunner" for s in ran), (step, ran)
-    report = json.loads(ws.undeclared_output(label, "binary_copy_probe.json"))
-    return [s for s in ran if s["mnemonic"] == COPY_MNEMONIC], report
-
-
-def assert_read_through_copy(ws: Workspace, report: dict, entries: int) -> None:
-    """The fixture loaded the committed file from the copy and never parsed it; its entries'
-    origin and the stale message name the committed file, never the copy."""
+def test_large_text_cache_loads_through_its_index(workspace: Workspace) -> None:
+    """No generated target and no variable but the flags: the load test indexes the committed
+    file (parsing no entry at load), and its hits' origins and stale message name that file.
+    A damaged file fails the test (not the build) with the library's message naming it."""
+    ws = workspace
+    cache = ws.root / INDEX_CACHE
+    write_cache(cache, 400)
+    targets = ws.run("query", f"//{INDEX_PKG}:all").stdout.split()
+    assert sorted(targets) == sorted(f"{INDEX_LABEL}{suffix}"
+                                     for suffix in ("", ".dump", ".regen")), targets
+    assert "AUTOTUNE_BINARY_CACHE_DIR" not in build_attrs(ws, INDEX_LABEL)
+    ws.run("test", INDEX_LABEL, "--nocache_test_results")
+    report = json.loads(ws.undeclared_output(INDEX_LABEL, "text_index_probe.json"))
+    assert "AUTOTUNE_BINARY_CACHE_DIR" not in report["autotune_env"], report
     (loaded,) = report["files"]
-    assert loaded["entries"] == entries, report
-    assert loaded["from_copy"] and loaded["from_copy_after_use"], report
-    assert loaded["path"].endswith(f"/{COPY_CACHE}") and loaded["hit_origin"] == loaded["path"]
+    assert loaded["entries"] == 400 and loaded["indexed"], report
+    assert loaded["parsed_by_load"] == 0, report
+    assert loaded["path"].endswith(f"/{INDEX_CACHE}") and loaded["hit_origin"] == loaded["path"]
     stale = loaded["stale_message"]
     assert "toolchain [triton=3.6.0] != [triton=9.9.9]" in stale, stale
     assert stale.count(loaded["path"]) == 2, stale  # "Searched:" and the near miss's origin
-    assert f"bazel run {COPY_LABEL}.regen" in stale, stale
-    assert ".binpb" not in stale and ".binary_copy" not in stale, stale
-    log = ws.test_log(COPY_LABEL)
-    assert re.search(rf"loaded \S+/{re.escape(COPY_CACHE)} \({entries} entries\) from its "
-                     r"binary copy \S+/binary_copy_test\.binary_copy/[0-9a-f]{64}-text\.binpb",
-                     log), log[-3000:]
-
-
-def test_large_text_cache_is_read_through_the_build_actions_copy(workspace: Workspace,
-                                                                  tmp_path: Path) -> None:
-    """The load test reads the copy that `<name>.binary_copy` built (no text parse; messages
-    name the committed file); the action runs once per content of the cache: not again when
-    only the test's source changes, again when the cache changes (and the test sees the new
-    entries), and from the disk cache when the cache goes back to content it already had."""
-    ws = workspace
-    cache, source = ws.root / COPY_CACHE, ws.root / COPY_PKG / "binary_copy_test.py"
-    original_source = source.read_bytes()
-    assert write_cache(cache, 400) > binary_copy.MIN_BYTES
-    first = cache.read_bytes()
-    attrs = build_attrs(ws, COPY_LABEL)
-    assert ('"AUTOTUNE_BINARY_CACHE_DIR": "TEST_WORKSPACE/$(rootpath '
-            ':binary_copy_test.binary_copy)"') in attrs, attrs
-    try:
-        copies, report = run_copy_test(ws, tmp_path, "first")
-        assert [c["remoteCacheHit"] for c in copies] == [False], copies
-        assert report["copy_dir"] == f"TEST_WORKSPACE/{COPY_PKG}/binary_copy_test.binary_copy"
-        (copy,) = [f for f in report["copy_dir_files"] if f != "README.txt"]
-        assert re.fullmatch(r"[0-9a-f]{64}-text\.binpb", copy), report
-        assert_read_through_copy(ws, report, 400)
-
-        source.write_bytes(original_source + b"# an edit of the test, not of its cache\n")
-        copies, report = run_copy_test(ws, tmp_path, "source_edited")
-        assert copies == [], copies
-        assert_read_through_copy(ws, report, 400)
-
-        write_cache(cache, 450, n=256)
-        copies, report = run_copy_test(ws, tmp_path, "cache_edited")
-        assert [c["remoteCacheHit"] for c in copies] == [False], copies
-        assert_read_through_copy(ws, report, 450)
-
-        cache.write_bytes(first)
-        copies, report = run_copy_test(ws, tmp_path, "cache_restored")
-        assert [c["remoteCacheHit"] for c in copies] == [True], copies
-        assert_read_through_copy(ws, report, 400)
-    finally:
-        source.write_bytes(original_source)
-
-
-def test_own_binary_cache_dir_wins_and_test_env_overrides(workspace: Workspace,
-                                                          tmp_path: Path) -> None:
-    """`env = {"AUTOTUNE_BINARY_CACHE_DIR": "off"}`: no `.binary_copy` target, the value kept,
-    the file parsed. `--test_env=AUTOTUNE_BINARY_CACHE_DIR=off` overrides the macro's value."""
-    ws = workspace
-    write_cache(ws.root / COPY_CACHE, 300)
-    targets = ws.run("query", f"//{COPY_PKG}:all").stdout.split()
-    assert f"{COPY_LABEL}.binary_copy" in targets, targets
-    assert not [t for t in targets if t.startswith(f"//{COPY_PKG}:own_dir_test.")
-                and t.endswith(".binary_copy")], targets
-    own = f"//{COPY_PKG}:own_dir_test"
-    assert '"AUTOTUNE_BINARY_CACHE_DIR": "off"' in build_attrs(ws, own)
-    copies, report = run_copy_test(ws, tmp_path, "own", own)
-    assert copies == [] and report["copy_dir"] == "off", (copies, report)
-    assert report["files"][0]["entries"] == 300 and not report["files"][0]["from_copy"], report
-    _, report = run_copy_test(ws, tmp_path, "test_env", COPY_LABEL,
-                              "--test_env=AUTOTUNE_BINARY_CACHE_DIR=off")
-    assert report["copy_dir"] == "off" and not report["files"][0]["from_copy"], report
-
-
-def test_small_or_broken_cache_gets_no_copy_and_the_test_reports_the_file(
-        workspace: Workspace, tmp_path: Path) -> None:
-    """Under MIN_BYTES: no copy (the directory in the runfiles holds only its README.txt), the
-    test parses the small file, no warning.
-    A damaged file: the build still succeeds (the tool says why it made no copy) and the test
-    fails with the library's message naming the committed file."""
-    ws = workspace
-    cache = ws.root / COPY_CACHE
-    assert write_cache(cache, 5) < binary_copy.MIN_BYTES
-    _, report = run_copy_test(ws, tmp_path, "small")
-    assert report["files"][0]["entries"] == 5 and not report["files"][0]["from_copy"], report
-    assert "WARNING autotune_cache: no binary copy" not in ws.test_log(COPY_LABEL)
-    assert report["copy_dir_files"] == ["README.txt"], report
+    assert f"bazel run {INDEX_LABEL}.regen" in stale, stale
 
     cache.write_text("this is not a results file\n" * 20000)
-    result = ws.run("test", COPY_LABEL, check=False)
+    result = ws.run("test", INDEX_LABEL, check=False)
     assert result.returncode == 3, result.output  # a test failure, not a build failure
-    assert f"{COPY_CACHE}: not a valid text-format autotune results file" in result.output \
-        and "no binary copy made" in result.output, result.output
-    log = ws.test_log(COPY_LABEL)
-    assert f"{COPY_CACHE}: not a valid text-format autotune results file" in log, log[-3000:]
-
-
-def test_the_fast_text_flag_reaches_the_copy_actions_tool(workspace: Workspace) -> None:
-    """`--@rules_autotune//:fast_text=<a hub's grpcio_tools>` puts that library among the deps
-    of the tool `<name>.binary_copy` runs (exec configuration); by default it is the empty
-    `no_fast_text`."""
-    ws = workspace
-    write_cache(ws.root / COPY_CACHE, 400)  # the macro adds the target for a cache that exists
-    target = f"{COPY_LABEL}.binary_copy"
-    stand_in = f"//{COPY_PKG}:grpcio_tools_stand_in"
-    default = ws.run("cquery", f"deps({target})", "--output=label").stdout
-    assert "//rules/private:no_fast_text" in default and stand_in not in default, default
-    chosen = ws.run("cquery", f"deps({target})", "--output=label",
-                    f"--//:fast_text={stand_in}").stdout
-    assert stand_in in chosen and "//rules/private:no_fast_text" not in chosen, chosen
+    log = ws.test_log(INDEX_LABEL)
+    assert f"{INDEX_CACHE}: not a valid text-format autotune results file" in log, log[-3000:]

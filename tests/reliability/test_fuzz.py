@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from autotune_cache import AutotuneCacheError, Cache, Settings, native_text, parse_flags
+from autotune_cache import AutotuneCacheError, Cache, CacheKey, Settings, parse_flags
 from autotune_cache.cli import main as cli_main
 from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import parse_results, serialize_results
@@ -29,7 +29,7 @@ from tests.reliability.conftest import ROOT
 
 NIGHTLY = os.environ.get("AUTOTUNE_FUZZ", "") == "nightly"
 # Quick mode: about 900 cases in all. Nightly: 9 properties x 1,200 = 10,800 cases.
-QUICK_EXAMPLES = {"fast": 150, "files": 60, "cli": 40, "protoc": 20}
+QUICK_EXAMPLES = {"fast": 150, "files": 60, "cli": 40, "index": 60}
 NIGHTLY_EXAMPLES = 1200
 
 
@@ -99,49 +99,41 @@ def test_results_reader_on_mutated_files(spec):
         parse_results(data, name)
 
 
-TEXT_SEEDS = sorted(n for n in SEEDS if n.endswith(".textproto"))
-TEXT_CLASSES = {"ours.textproto": pb.AutotuneResultsFile}
+# A canonical file whose names hold what a splitter could trip on, for the index property.
+INDEX_SEED = serialize_results(
+    [fake_tune(make_key(kernel=kernel, problem=problem)) for kernel in ("k", 'e"ntries {')
+     for problem in ({"M": 1}, {"p": "{}"})], text=True)
 
 
-def _text_class(name: str) -> type:
-    from autotune_cache.xla.proto import xla_autotuner_pb2, xla_autotuning_pb2
+@examples("index")
+@given(flips, st.integers(0, 200), st.binary(max_size=16))
+@example([], 0, b"")
+@example([], 0, b"\n  }\n  entries {\n")
+def test_the_index_and_a_full_parse_agree_on_mutated_text(changes, cut, insert):
+    """results_index parses only the blocks a lookup needs: whatever a full parse reads from a
+    file, every lookup through the index must read too, and where the full parse refuses the
+    file, reading every entry through the index must raise a named error."""
+    from autotune_cache import results_index
 
-    if name in TEXT_CLASSES:
-        return TEXT_CLASSES[name]
-    if name.startswith("fusion_legacy"):  # XLA's per-fusion files hold one AutotuneResult
-        return xla_autotuning_pb2.AutotuneResult
-    if "legacy" in name:
-        return xla_autotuning_pb2.AutotuneResults
-    return xla_autotuner_pb2.AutotuneCache
-
-
-@pytest.mark.skipif(not native_text.available(), reason="grpcio-tools (fast-text) not installed")
-@examples("protoc")
-@given(st.sampled_from(TEXT_SEEDS), flips, st.integers(0, 200), st.binary(max_size=16))
-@example("legacy.textproto", [], 0, b"")  # found by the nightly run: an Any's type, unresolved
-@example("legacy.textproto", [(32, 0)], 0, b"")  # a raw NUL in a string: only Python takes it
-@example("fusion_legacy.textproto", [(17, 128)], 0, b"")  # not UTF-8: protoc took it
-def test_protoc_and_pythons_parser_agree_on_mutated_text(name, changes, cut, insert):
-    """native_text is only a fast path: whatever protoc accepts, Python's parser must accept
-    and build the same message from. Where protoc refuses, Python's parser decides (protoc is
-    stricter in places, e.g. a raw NUL byte in a string), so the caller falls back to it."""
-    from google.protobuf import text_format
-
-    cls = _text_class(name)
-    data = mutate(SEEDS[name], changes, cut, insert)
-    python = cls()
-    try:
-        text_format.Parse(data.decode("utf-8"), python)
-    except (text_format.ParseError, UnicodeDecodeError):
-        python = None
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_text, "MIN_BYTES", 0)
-        binary = native_text.text_to_binary(data, cls, name)
-    if binary is not None:
-        assert python is not None, (name, data[:300])
-        assert cls.FromString(binary) == python
-    if not changes and not cut and not insert:  # an unmutated seed takes the fast path
-        assert binary is not None, name
+    data = mutate(INDEX_SEED, changes, cut, insert)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "cache.textproto"
+        path.write_bytes(data)
+        try:
+            full = list(parse_results(data, path).entries)
+        except AutotuneCacheError:
+            full = None
+        try:
+            loaded = results_index.load_file(path)
+            every = {k: e for k, e in loaded.items()}
+        except AutotuneCacheError:
+            assert full is None, data[:400]
+            return
+        assert full is not None, data[:400]
+        by_key = {CacheKey.from_proto(e.key): e for e in full}
+        assert every == by_key
+        for key, entry in by_key.items():
+            assert loaded.get(key) == (key, entry)
 
 
 @examples("files")

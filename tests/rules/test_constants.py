@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cache import env as library_env
 from autotune_cache import flags as library_flags
 from autotune_cache.xla import jax_test_helper
 
@@ -74,7 +73,6 @@ PAIRS = [
     ("WORKSPACE_PREFIX", library_flags.WORKSPACE_PREFIX, "autotune_cache/flags.py"),
     ("OUTPUTS_PREFIX", library_flags.OUTPUTS_PREFIX, "autotune_cache/flags.py"),
     ("XLA_FLAGS_ENV", jax_test_helper.XLA_FLAGS_ENV, "autotune_cache/xla/jax_test_helper.py"),
-    ("BINARY_COPY_DIR_ENV", library_env.AUTOTUNE_BINARY_CACHE_DIR, "autotune_cache/env.py"),
 ]
 
 
@@ -96,9 +94,8 @@ def test_xla_default_dump_is_the_dump_file_the_macro_reads_back() -> None:
 
 def test_every_python_copy_is_checked() -> None:
     """A new constant in constants.bzl must get its Python counterpart added above (or be
-    Starlark-only on purpose: REGEN_TARGET_SUFFIX, which only the macro's hint uses, and
-    BINARY_COPY_TARGET_SUFFIX, which only the macro uses)."""
-    checked = {name for name, _, _ in PAIRS} | {"REGEN_TARGET_SUFFIX", "BINARY_COPY_TARGET_SUFFIX"}
+    Starlark-only on purpose: REGEN_TARGET_SUFFIX, which only the macro's hint uses)."""
+    checked = {name for name, _, _ in PAIRS} | {"REGEN_TARGET_SUFFIX"}
     assert set(STARLARK) == checked, set(STARLARK) ^ checked
 
 

@@ -153,3 +153,20 @@ def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path
     assert sorted(kernel._preloads) == sorted(digests)
     assert kernel._preloads[digests[0]] is kernel._preloads[digests[1]]
     assert started == [True]
+
+
+def test_a_damaged_loaded_entry_skips_the_preload_not_the_launch(use_cache, fake, tmp_path,
+                                                                 monkeypatch):
+    """The preload scan parses every loaded entry of the kernel (results_index parses entries
+    on use); a damaged one of another problem costs the preload, never the launch, whose own
+    entry is intact."""
+    kernel, _, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
+    path = tmp_path / "r.textproto"
+    text = path.read_bytes()
+    second = text.index(b"entries {", 1 + text.index(b"entries {"))
+    damaged = text.index(b"time_ms:", second)
+    path.write_bytes(text[:damaged] + b"time_ms: fast" + text[text.index(b"\n", damaged):])
+    use_cache(load_from=(path,))
+    out, expected = kernels.launch_add(kernel, n=100)
+    torch.testing.assert_close(out, expected)
+    assert stub.preloaded == [] and kernel._preloads == {}
