@@ -19,6 +19,8 @@ load(
     "BINARY_COPY_DIR_ENV",
     "BINARY_COPY_TARGET_SUFFIX",
     "DUMP_TARGET_ENV",
+    "MACRO_FLAGS_ENV",
+    "MACRO_XLA_FLAGS_ENV",
     "REGEN_HINT_ENV",
     "REGEN_TARGET_SUFFIX",
     "RUNNER_ENV",
@@ -44,6 +46,8 @@ _RESERVED_ENV = [
     DUMP_TARGET_ENV,
     SHARD_TEST_CASES_ENV,
     RUNNER_ENV,
+    MACRO_FLAGS_ENV,
+    MACRO_XLA_FLAGS_ENV,
 ]
 
 def _default_main(name, srcs):
@@ -76,10 +80,18 @@ def _default_main(name, srcs):
     return matches[0]
 
 def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_per_fusion_cache_dir):
-    """Returns a copy of the user's env with AUTOTUNE_FLAGS or XLA_FLAGS set for one mode."""
+    """Returns a copy of the user's env with the macro's flags set for one mode.
+
+    The user's `env` AUTOTUNE_FLAGS / XLA_FLAGS and the macro's own flags go together into
+    RULES_AUTOTUNE_MACRO_FLAGS / RULES_AUTOTUNE_MACRO_XLA_FLAGS, never into AUTOTUNE_FLAGS /
+    XLA_FLAGS themselves: `bazel test --test_env=AUTOTUNE_FLAGS=...` would replace those, and
+    the test would silently stop loading its cache. The library (AUTOTUNE_FLAGS) and the test
+    wrapper (XLA_FLAGS) apply both variables, and fail on a flag the two set differently.
+    """
     result = dict(env)
     if backend == "triton":
-        variable = AUTOTUNE_FLAGS_ENV
+        result.pop(AUTOTUNE_FLAGS_ENV, None)
+        variable = MACRO_FLAGS_ENV
         value = autotune_flags(
             target = name,
             user_flags = env.get(AUTOTUNE_FLAGS_ENV, ""),
@@ -88,7 +100,8 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
             require_complete = require_complete,
         )
     else:
-        variable = XLA_FLAGS_ENV
+        result.pop(XLA_FLAGS_ENV, None)
+        variable = MACRO_XLA_FLAGS_ENV
         value = xla_flags(
             target = name,
             user_flags = env.get(XLA_FLAGS_ENV, ""),
@@ -98,7 +111,7 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
             per_fusion_cache_dir = xla_per_fusion_cache_dir,
         )
 
-    # An empty XLA_FLAGS / AUTOTUNE_FLAGS would only add noise to the test's env.
+    # An empty flag string would only add noise to the test's env.
     if value:
         result[variable] = value
     else:
@@ -306,7 +319,8 @@ def autotuned_py_test(
         user_main = user_main,
         main = main,
         wrapper = wrapper,
-        always_wrap = runner == "pytest",
+        # Backend "xla": the wrapper sets XLA_FLAGS from the macro's and the user's flags.
+        always_wrap = runner == "pytest" or backend == "xla",
         shard_test_cases = shard_test_cases,
         tags = tags,
         **kwargs

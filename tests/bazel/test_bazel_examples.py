@@ -167,9 +167,12 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     # TEST_WORKSPACE/ + $(rootpath): an absolute runfiles path once resolved (safe after chdir).
     triton_cache = "TEST_WORKSPACE/bazel_fixtures/triton_fixture.autotune.textproto"
     xla_cache = "TEST_WORKSPACE/bazel_fixtures/xla_fixture.autotune.textproto"
+    # Triton: the macro's flags (the user's env flags first) stay in their own variable, which
+    # the library combines with AUTOTUNE_FLAGS. XLA: the wrapper has merged them into XLA_FLAGS.
     assert env(labels[0]) == {
-        "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
-                          " --require_complete_autotune_results",
+        "RULES_AUTOTUNE_MACRO_FLAGS":
+            f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
+            " --require_complete_autotune_results",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
         # The build's binary copy of the cache (load mode and backend "triton" only).
         "AUTOTUNE_BINARY_CACHE_DIR": "TEST_WORKSPACE/bazel_fixtures/triton_env_test.binary_copy",
@@ -179,11 +182,12 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
                      " --xla_gpu_require_complete_aot_autotune_results"
                      " --xla_gpu_per_fusion_autotune_cache_dir=/tmp/xla_per_fusion",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:xla_env_test.regen",
+        "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
     assert env(labels[2]) == {
-        "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
-                          " --dump_autotune_results_to="
-                          "TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
+        "RULES_AUTOTUNE_MACRO_FLAGS":
+            f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
+            " --dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
         "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
@@ -198,6 +202,7 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     # No committed cache and require_complete = False: no flag at all, and it still builds.
     assert env(labels[4]) == {
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:xla_missing_cache_test.regen",
+        "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
 
 
@@ -214,7 +219,8 @@ def test_jax_example_gets_exactly_the_intended_xla_flags(workspace: Workspace) -
         load = (f"--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/{cache} "
                 if (workspace.root / cache).is_file() else "")
         assert recorded == {
-            "XLA_FLAGS": f"{load}--xla_gpu_require_complete_aot_autotune_results",
+            "RULES_AUTOTUNE_MACRO_XLA_FLAGS":
+                f"{load}--xla_gpu_require_complete_aot_autotune_results",
             "AUTOTUNE_REGEN_HINT": f"bazel run {label}.regen",
         }, recorded
 
