@@ -172,10 +172,14 @@ def autotuned_py_test(
     Generated targets:
 
     - `<name>`: py_test in load mode (load_test.bzl). `cache` is added to `data`; `env` gets
-      `AUTOTUNE_FLAGS=--load_autotune_results_from=TEST_WORKSPACE/$(rootpath <cache>)` (backend
-      "triton") or `XLA_FLAGS=--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/...`
+      `RULES_AUTOTUNE_MACRO_FLAGS=--load_autotune_results_from=TEST_WORKSPACE/$(rootpath
+      <cache>)` (backend "triton") or
+      `RULES_AUTOTUNE_MACRO_XLA_FLAGS=--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/...`
       (backend "xla"): both resolve the prefix to an absolute path under $TEST_SRCDIR, so the
-      test may change its working directory. Plus the require-complete flag when asked, and
+      test may change its working directory. The flags are not put in AUTOTUNE_FLAGS /
+      XLA_FLAGS, which `bazel test --test_env=...` would replace: the library (Triton) and the
+      test wrapper (XLA, so these tests always run through it) apply the user's AUTOTUNE_FLAGS /
+      XLA_FLAGS first and the macro's after, and fail on a flag both set differently. Plus the require-complete flag when asked, and
       `AUTOTUNE_REGEN_HINT` (`bazel run [@repo]//pkg:<name>.regen`). Tagged "autotuned".
       Sharding works as configured: with `shard_count > 1` the main runs through
       `rules_autotune_test_wrapper.py`, which gives plain `unittest.main()` mains Bazel's sharding
@@ -219,8 +223,9 @@ def autotuned_py_test(
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
       data: py_test data; the cache file is appended.
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
-        macro's flags are appended; setting a flag the macro owns (load, dump, require
-        complete, per-fusion dir) is an error. `AUTOTUNE_BINARY_CACHE_DIR` set here replaces
+        macro's flags are appended, together in RULES_AUTOTUNE_MACRO_FLAGS /
+        RULES_AUTOTUNE_MACRO_XLA_FLAGS (see `<name>`); setting a flag the macro owns (load,
+        dump, require complete, per-fusion dir) is an error. `AUTOTUNE_BINARY_CACHE_DIR` set here replaces
         the `.binary_copy` target (see above; `"off"` turns binary copies off).
       cache: the committed results file: a file name relative to this package, or a label
         (string or `Label`) of a source file in the test's own repository; every spelling of
