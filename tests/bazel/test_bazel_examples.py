@@ -94,10 +94,10 @@ def strip_timing(source: Path | bytes, also_config: bool = False) -> list[bytes]
 
 
 def test_load_mode_runs_every_example_with_zero_benchmarks(workspace: Workspace) -> None:
-    # (bazel_fixtures/ruleset/ holds test_bazel_ruleset_cases.py's cases: they start without
-    # caches on purpose.)
+    # (bazel_fixtures/ruleset/ and monorepo/ hold test_bazel_ruleset_cases.py's and
+    # test_bazel_monorepo.py's cases: they start without caches on purpose.)
     workspace.run("test", "--", "//examples/...", "//bazel_fixtures/...",
-                  "-//bazel_fixtures/ruleset/...")
+                  "-//bazel_fixtures/ruleset/...", "-//bazel_fixtures/monorepo/...")
     triton_tests = [t for t in autotuned_tests(workspace, "//examples/...")
                     if t.startswith(f"//{TRITON_PKG}:")]
     assert SHARDED in triton_tests, triton_tests
