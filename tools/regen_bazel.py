@@ -313,7 +313,7 @@ def find_dump_targets(
     """The dump targets for `patterns`: dumps they name, plus the dumps of autotuned tests
     they name, plus every other dump that writes the same cache file (a cache shared by
     several tests holds the union of their entries, so all of them must run). With no
-    pattern: every autotuned test in the workspace (`//...`).
+    pattern (regen_cache always passes one: `...` where the user ran it): `//...`.
 
     Queries run with --keep_going: a package that fails to load is listed in the result
     (`broken_packages`) and the others are still regenerated.

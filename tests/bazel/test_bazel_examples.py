@@ -263,7 +263,7 @@ def test_regen_cache_tool_rewrites_every_committed_cache(workspace: Workspace) -
     before = committed_caches(workspace)
     assert SHARDED_CACHE in before, sorted(before)
     with restored(workspace, *before):
-        # Discovery with no pattern: every autotuned test in the workspace.
+        # Discovery with no pattern, run at the root: every autotuned test in the workspace.
         listing = workspace.run("run", "//tools:regen_cache", "--", "--dry_run").output
         for label in autotuned_tests(workspace, "//..."):
             assert f"{label}.dump ->" in listing, (label, listing)
