@@ -11,6 +11,9 @@ Variables (the table in docs/architecture.md):
 - AUTOTUNE_FLAGS (flags): the flag string, as XLA_FLAGS. Outside the package's modules,
   autotune_cache_all_kernels.pth tests it for `autotune_all_kernels` at interpreter start-up, before
   anything is imported (then triton.routing.startup parses it through flags).
+- RULES_AUTOTUNE_MACRO_FLAGS (flags): the flags autotuned_py_test gives its targets, kept apart
+  from AUTOTUNE_FLAGS so that `bazel test --test_env=AUTOTUNE_FLAGS=...` adds to them instead of
+  replacing them; both apply (flags.flags_text).
 - AUTOTUNE_REGEN_HINT (cache messages): the regen command the Bazel macro sets.
 - AUTOTUNE_PROGRESS (triton.progress): 1/true/yes/on always, 0/false/no/off never.
 - AUTOTUNE_BENCH_LOCK_DIR (triton.benchlock): where the device benchmarking locks live.
@@ -34,6 +37,7 @@ from pathlib import Path
 from autotune_cache.errors import FlagError
 
 AUTOTUNE_FLAGS = "AUTOTUNE_FLAGS"
+RULES_AUTOTUNE_MACRO_FLAGS = "RULES_AUTOTUNE_MACRO_FLAGS"
 AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
 AUTOTUNE_BENCH_LOCK_DIR = "AUTOTUNE_BENCH_LOCK_DIR"

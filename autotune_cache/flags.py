@@ -12,6 +12,7 @@ from autotune_cache import env as environment
 from autotune_cache.errors import FlagError, PathPrefixError
 
 ENV_VAR = environment.AUTOTUNE_FLAGS
+MACRO_ENV_VAR = environment.RULES_AUTOTUNE_MACRO_FLAGS
 REGEN_HINT_ENV = environment.AUTOTUNE_REGEN_HINT
 
 OUTPUTS_PREFIX = "TEST_UNDECLARED_OUTPUTS_DIR/"
@@ -240,10 +241,42 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the AUTOTUNE_FLAGS environment variable (empty when unset)."""
+def flags_text(env: Mapping[str, str] | None = None) -> str:
+    """The flags that apply: the user's AUTOTUNE_FLAGS, then the flags the autotuned_py_test
+    macro set in RULES_AUTOTUNE_MACRO_FLAGS (so the committed cache loads last and wins a key).
+
+    They live in two variables so that `bazel test --test_env=AUTOTUNE_FLAGS=...` adds flags
+    instead of replacing the macro's (which would silently switch the committed cache off). A
+    flag both set differently is a FlagError naming both values: the files to load are the one
+    flag that adds up.
+    """
     env = environment.environ() if env is None else env
-    return parse_flags(env.get(ENV_VAR, ""), env)
+    user, macro = env.get(ENV_VAR, ""), env.get(MACRO_ENV_VAR, "")
+    if not macro.strip():
+        return user
+    if not user.strip():
+        return macro
+    macro_tokens = {name: token for token, name, _ in split_flags(macro)}
+    for token, name, _ in split_flags(user):
+        flag = _BY_NAME.get(name)
+        if flag is None or flag.field == "load_from" or name not in macro_tokens:
+            continue
+        theirs = macro_tokens[name]
+        if parse_flags(token, env) != parse_flags(theirs, env):
+            raise FlagError(
+                f"--{name} is set twice, differently: {ENV_VAR} has {token!r} (from the "
+                f"environment, e.g. bazel test --test_env={ENV_VAR}=...) and the "
+                f"autotuned_py_test target has {theirs!r} ({MACRO_ENV_VAR}, from its cache, "
+                "require_complete and env attributes, or its .dump mode). Both would have to "
+                f"apply: drop --{name} from {ENV_VAR}, or change the target's attributes.")
+    return f"{user} {macro}"
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from AUTOTUNE_FLAGS and the macro's RULES_AUTOTUNE_MACRO_FLAGS (flags_text);
+    empty when neither is set."""
+    env = environment.environ() if env is None else env
+    return parse_flags(flags_text(env), env)
 
 
 def regen_hint(env: Mapping[str, str] | None = None) -> str:

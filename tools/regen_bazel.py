@@ -71,6 +71,30 @@ def find_workspace(env: Mapping[str, str], cwd: Path) -> Path:
     )
 
 
+def working_package(env: Mapping[str, str], workspace: Path) -> str:
+    """The package directory the user ran `bazel run` from, relative to the workspace ("" at
+    its root): $BUILD_WORKING_DIRECTORY, when it lies inside `workspace`."""
+    working = env.get("BUILD_WORKING_DIRECTORY")
+    if not working:
+        return ""
+    try:
+        relative = Path(working).resolve().relative_to(workspace.resolve())
+    except ValueError:
+        return ""
+    return "" if str(relative) == "." else relative.as_posix()
+
+
+def absolute_pattern(pattern: str, package: str) -> str:
+    """A target pattern as `bazel test` reads it when run in directory `package`: relative
+    patterns (`...`, `:t`, `sub/...`, `sub:t`) are resolved from there, absolute ones (`//`,
+    `@repo//`) are kept."""
+    if pattern.startswith(("//", "@", "-")):
+        return pattern  # an exclusion is refused later, by its own message
+    if pattern.startswith(":") or not package:
+        return f"//{package}{pattern}"
+    return f"//{package}/{pattern}"
+
+
 def normalize_label(label: str) -> str:
     """Drops the main-repository prefix ("@//", "@@//") that Bazel prints in some versions."""
     for prefix in ("@@//", "@//"):
@@ -260,6 +284,8 @@ class Found:
 
     targets: list[DumpTarget]
     broken_packages: tuple[str, ...] = ()
+    # The --bazel_flag values `bazel query` took (for later queries).
+    query_flags: tuple[str, ...] = ()
 
 
 def check_main_repository(targets: Sequence[DumpTarget]) -> None:
@@ -287,7 +313,7 @@ def find_dump_targets(
     """The dump targets for `patterns`: dumps they name, plus the dumps of autotuned tests
     they name, plus every other dump that writes the same cache file (a cache shared by
     several tests holds the union of their entries, so all of them must run). With no
-    pattern: every autotuned test in the workspace (`//...`).
+    pattern (regen_cache always passes one: `...` where the user ran it): `//...`.
 
     Queries run with --keep_going: a package that fails to load is listed in the result
     (`broken_packages`) and the others are still regenerated.
@@ -318,7 +344,7 @@ def find_dump_targets(
     broken.update(dumps.broken_packages)
     targets = parse_dump_targets(dumps.stdout)
     check_main_repository(targets)
-    if patterns and targets:
+    if patterns and targets and universe != "//...":
         # Tests sharing a cache file with the ones asked for.
         shared = " + ".join(
             f'attr(tags, "{cache_path_regex(path)}", //...)'
@@ -330,7 +356,7 @@ def find_dump_targets(
         for sibling in parse_dump_targets(siblings.stdout):
             by_label.setdefault(sibling.label, sibling)
         targets = [by_label[label] for label in sorted(by_label)]
-    return Found(targets, tuple(sorted(broken)))
+    return Found(targets, tuple(sorted(broken)), tuple(flags))
 
 
 def _bep_events(bep_json: Path) -> list[dict]:

@@ -1,6 +1,8 @@
 """//tools:regen_cache: regenerate the committed autotuning caches of autotuned_py_test targets.
 
-    bazel run //tools:regen_cache -- [target patterns...]     # default: every autotuned test
+    bazel run @rules_autotune//tools:regen_cache -- [target patterns...]
+                                     # relative patterns are read from where you run it, as
+                                     # `bazel test` reads them; default: `...` (everything there)
     bazel run //pkg:name.regen                                # one test (the macro's target)
 
 How it works (docs/bazel.md has the long version):
@@ -20,8 +22,12 @@ How it works (docs/bazel.md has the long version):
    entries added, removed, changed and retimed.
 
 Queries run with --keep_going: a package that does not load is listed at the end, and every
-cache that can be regenerated is. A cache file in another package than its test that does not
-exist yet is created (empty) before the dumps run, so that the first regen can build them.
+cache that can be regenerated is. Committed `*.autotune.textproto` files of the packages looked
+at that no test uses any more are listed as orphaned, with what to do (regen_orphans.py), and
+fail the run; when one sits next to a test that has no cache yet (a rename, most likely),
+nothing runs until it is moved or deleted. A cache file in another package than its test that
+does not exist yet is created (empty) before the dumps run, so that the first regen can build
+them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import posixpath
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +45,7 @@ from regen_bazel import (
     Bazel,
     DumpTarget,
     RegenError,
+    absolute_pattern,
     find_dump_targets,
     find_workspace,
     label_parts,
@@ -45,8 +53,10 @@ from regen_bazel import (
     read_dump,
     read_test_dirs,
     read_test_statuses,
+    working_package,
 )
 from regen_diff import Change, committed_bytes, compare
+from regen_orphans import Orphan, find_orphans
 from regen_scheduler import (
     Plan,
     SchedulerError,
@@ -103,7 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "patterns",
         nargs="*",
-        help="target patterns (tests or their .dump targets); default: //...",
+        help="target patterns (tests or their .dump targets); relative ones are read from the "
+        "directory you ran in, as `bazel test` does; default: `...` (everything there)",
     )
     parser.add_argument(
         "--bazel",
@@ -127,7 +138,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 when any committed cache would change",
+        help="write nothing; exit 1 when any committed cache would change or is orphaned",
     )
     parser.add_argument(
         "--dry_run", action="store_true", help="list the targets and the GPU plan, run nothing"
@@ -276,6 +287,17 @@ def scheduling_plan(args: argparse.Namespace, bazel: Bazel) -> Plan:
     return make_plan(gpus, lock_dir, sys.executable, PIN_SCRIPT)
 
 
+# `.bazelrc` test filters would silently drop the dumps regen_cache chose (a `.dump` is large,
+# eternal, tagged `manual external ...` and maybe `gpu`); an empty value turns each filter off.
+# A --bazel_flag given to regen_cache comes later and still wins.
+FILTER_RESETS = (
+    "--test_tag_filters=",
+    "--test_size_filters=",
+    "--test_timeout_filters=",
+    "--test_lang_filters=",
+)
+
+
 def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
                  targets: list[DumpTarget]) -> list[str]:
     """The `bazel test` arguments (after the verb) that run every dump."""
@@ -283,6 +305,7 @@ def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
         "--keep_going",
         "--test_sharding_strategy=disabled",
         "--test_output=errors",
+        *FILTER_RESETS,
         f"--build_event_json_file={bep}",
         *plan.bazel_flags,
         *args.bazel_flag,
@@ -302,14 +325,29 @@ def run(args: argparse.Namespace) -> int:
     """Finds, runs and harvests the dumps; returns the process exit code."""
     workspace = args.workspace or find_workspace(os.environ, Path.cwd())
     bazel = Bazel(args.bazel, workspace)
-    found = find_dump_targets(bazel, args.patterns, args.bazel_flag)
+    # As `bazel test` does: relative patterns (and the default `...`) are read from the
+    # directory the user ran `bazel run` in, so that `cd team && ... -- ...` means //team/...
+    package = working_package(os.environ, workspace)
+    patterns = [absolute_pattern(p, package) for p in args.patterns or ["..."]]
+    if package:
+        log(f"patterns read from //{package} (the directory you ran in): {' '.join(patterns)}")
+    found = find_dump_targets(bazel, patterns, args.bazel_flag)
     targets = found.targets
+    orphans = find_orphans(bazel, workspace, patterns, targets, found.query_flags)
     if not targets:
+        if orphans:
+            return report([], args.check, found.broken_packages, orphans)
         if found.broken_packages:
             report([], args.check, found.broken_packages)
         raise RegenError(
-            f"no autotuned_py_test matches {' '.join(args.patterns) or '//...'} in {workspace}."
+            f"no autotuned_py_test matches {' '.join(patterns)} in {workspace}."
         )
+    if any(orphan.renamed_to for orphan in orphans):
+        # A renamed test would be tuned from scratch into its new file, while its old file,
+        # with every entry, sits next to it: say so before any dump runs.
+        log("nothing was run: a test without a cache sits next to an orphaned cache file; move "
+            "(or delete) the orphaned file first, so that a renamed test keeps its entries")
+        return report([], args.check, found.broken_packages, orphans)
     plan = scheduling_plan(args, bazel)
     groups = group_by_cache(targets)
     with tempfile.TemporaryDirectory(prefix="regen_cache_") as scratch:
@@ -363,12 +401,13 @@ def run(args: argparse.Namespace) -> int:
                     path.unlink(missing_ok=True)
                 else:
                     write_atomic(path, before)
-    return report(outcomes, args.check, found.broken_packages)
+    return report(outcomes, args.check, found.broken_packages, orphans)
 
 
-def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = ()) -> int:
-    """Prints the per-file summary; returns 1 when a dump failed, a package did not load, or,
-    with --check, a cache differs."""
+def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
+           orphans: Sequence[Orphan] = ()) -> int:
+    """Prints the per-file summary; returns 1 when a dump failed, a package did not load, a
+    committed cache is orphaned (regen_orphans.py) or, with --check, a cache differs."""
     print("\nregen_cache summary:")
     for outcome in outcomes:
         if outcome.change is not None:
@@ -379,6 +418,8 @@ def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = ()) -
         else:
             print(f"  {outcome.cache_path}: NOT REGENERATED ({outcome.labels}): "
                   f"{outcome.problem}")
+    for orphan in orphans:
+        print(f"  {orphan.advice()}")
     for package in broken:
         print(f"  {package}: PACKAGE FAILED TO LOAD: its autotuned tests (if any) were not "
               "regenerated; fix the errors Bazel printed above and rerun")
@@ -386,8 +427,9 @@ def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = ()) -
     differs = [o for o in outcomes if o.change is not None and o.change.differs]
     written = "would change" if check else "rewritten"
     print(f"{len(outcomes)} cache(s): {len(differs)} {written}, {len(failed)} failed"
+          + (f", {len(orphans)} orphaned" if orphans else "")
           + (f", {len(broken)} package(s) failed to load" if broken else ""))
-    if failed or broken or (check and differs):
+    if failed or broken or orphans or (check and differs):
         return 1
     return 0
 

@@ -14,6 +14,8 @@ load(
     ":constants.bzl",
     "AUTOTUNE_FLAGS_ENV",
     "DUMP_TARGET_ENV",
+    "MACRO_FLAGS_ENV",
+    "MACRO_XLA_FLAGS_ENV",
     "REGEN_HINT_ENV",
     "REGEN_TARGET_SUFFIX",
     "RUNNER_ENV",
@@ -38,6 +40,8 @@ _RESERVED_ENV = [
     DUMP_TARGET_ENV,
     SHARD_TEST_CASES_ENV,
     RUNNER_ENV,
+    MACRO_FLAGS_ENV,
+    MACRO_XLA_FLAGS_ENV,
 ]
 
 def _default_main(name, srcs):
@@ -70,10 +74,18 @@ def _default_main(name, srcs):
     return matches[0]
 
 def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_per_fusion_cache_dir):
-    """Returns a copy of the user's env with AUTOTUNE_FLAGS or XLA_FLAGS set for one mode."""
+    """Returns a copy of the user's env with the macro's flags set for one mode.
+
+    The user's `env` AUTOTUNE_FLAGS / XLA_FLAGS and the macro's own flags go together into
+    RULES_AUTOTUNE_MACRO_FLAGS / RULES_AUTOTUNE_MACRO_XLA_FLAGS, never into AUTOTUNE_FLAGS /
+    XLA_FLAGS themselves: `bazel test --test_env=AUTOTUNE_FLAGS=...` would replace those, and
+    the test would silently stop loading its cache. The library (AUTOTUNE_FLAGS) and the test
+    wrapper (XLA_FLAGS) apply both variables, and fail on a flag the two set differently.
+    """
     result = dict(env)
     if backend == "triton":
-        variable = AUTOTUNE_FLAGS_ENV
+        result.pop(AUTOTUNE_FLAGS_ENV, None)
+        variable = MACRO_FLAGS_ENV
         value = autotune_flags(
             target = name,
             user_flags = env.get(AUTOTUNE_FLAGS_ENV, ""),
@@ -82,7 +94,8 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
             require_complete = require_complete,
         )
     else:
-        variable = XLA_FLAGS_ENV
+        result.pop(XLA_FLAGS_ENV, None)
+        variable = MACRO_XLA_FLAGS_ENV
         value = xla_flags(
             target = name,
             user_flags = env.get(XLA_FLAGS_ENV, ""),
@@ -92,7 +105,7 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
             per_fusion_cache_dir = xla_per_fusion_cache_dir,
         )
 
-    # An empty XLA_FLAGS / AUTOTUNE_FLAGS would only add noise to the test's env.
+    # An empty flag string would only add noise to the test's env.
     if value:
         result[variable] = value
     else:
@@ -121,10 +134,14 @@ def autotuned_py_test(
     Generated targets:
 
     - `<name>`: py_test in load mode (load_test.bzl). `cache` is added to `data`; `env` gets
-      `AUTOTUNE_FLAGS=--load_autotune_results_from=TEST_WORKSPACE/$(rootpath <cache>)` (backend
-      "triton") or `XLA_FLAGS=--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/...`
+      `RULES_AUTOTUNE_MACRO_FLAGS=--load_autotune_results_from=TEST_WORKSPACE/$(rootpath
+      <cache>)` (backend "triton") or
+      `RULES_AUTOTUNE_MACRO_XLA_FLAGS=--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/...`
       (backend "xla"): both resolve the prefix to an absolute path under $TEST_SRCDIR, so the
-      test may change its working directory. Plus the require-complete flag when asked, and
+      test may change its working directory. The flags are not put in AUTOTUNE_FLAGS /
+      XLA_FLAGS, which `bazel test --test_env=...` would replace: the library (Triton) and the
+      test wrapper (XLA, so these tests always run through it) apply the user's AUTOTUNE_FLAGS /
+      XLA_FLAGS first and the macro's after, and fail on a flag both set differently. Plus the require-complete flag when asked, and
       `AUTOTUNE_REGEN_HINT` (`bazel run [@repo]//pkg:<name>.regen`). Tagged "autotuned".
       Sharding works as configured: with `shard_count > 1` the main runs through
       `rules_autotune_test_wrapper.py`, which gives plain `unittest.main()` mains Bazel's sharding
@@ -155,8 +172,9 @@ def autotuned_py_test(
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
       data: py_test data; the cache file is appended.
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
-        macro's flags are appended; setting a flag the macro owns (load, dump, require
-        complete, per-fusion dir) is an error.
+        macro's flags are appended, together in RULES_AUTOTUNE_MACRO_FLAGS /
+        RULES_AUTOTUNE_MACRO_XLA_FLAGS (see `<name>`); setting a flag the macro owns (load,
+        dump, require complete, per-fusion dir) is an error.
       cache: the committed results file: a file name relative to this package, or a label
         (string or `Label`) of a source file in the test's own repository; every spelling of
         that repository is accepted (`//`, `@//`, `@@//`, `@<its name>//`). Default
@@ -249,7 +267,8 @@ def autotuned_py_test(
         user_main = user_main,
         main = main,
         wrapper = wrapper,
-        always_wrap = runner == "pytest",
+        # Backend "xla": the wrapper sets XLA_FLAGS from the macro's and the user's flags.
+        always_wrap = runner == "pytest" or backend == "xla",
         shard_test_cases = shard_test_cases,
         tags = tags,
         **kwargs

@@ -38,6 +38,14 @@ RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
 AUTOTUNE_FLAGS_ENV = "AUTOTUNE_FLAGS"
 XLA_FLAGS_ENV = "XLA_FLAGS"
 
+# Where the macro puts its own flags (the committed cache, dump, require-complete, and the user's
+# `env` flags), so that `bazel test --test_env=AUTOTUNE_FLAGS=...` (or XLA_FLAGS) adds to them
+# instead of replacing them. The library combines AUTOTUNE_FLAGS with its variable
+# (autotune_cache/flags.py); the test wrapper sets XLA_FLAGS from both before the main runs
+# (XLA reads XLA_FLAGS itself), so backend "xla" tests always run through the wrapper.
+MACRO_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_FLAGS"
+MACRO_XLA_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_XLA_FLAGS"
+
 # The path prefix that both our library and XLA resolve to $TEST_SRCDIR/$TEST_WORKSPACE/: an
 # absolute runfiles path, so a test that changes its working directory still finds its cache.
 WORKSPACE_PREFIX = "TEST_WORKSPACE/"

@@ -46,7 +46,7 @@ def autotuned_dump_test(
       srcs: the user's srcs.
       deps: the user's deps.
       data: the user's data.
-      env: the user's env with the dump-mode AUTOTUNE_FLAGS / XLA_FLAGS already set.
+      env: the user's env with the dump-mode macro flags already set.
       location: the resolved cache (cache_location.bzl).
       regen_hint: the command that regenerates the cache.
       label_prefix: "@repo//pkg" of this package ("//pkg" in the main repository).

@@ -31,14 +31,15 @@ def autotuned_load_test(
       srcs: the user's srcs.
       deps: the user's deps.
       data: the user's data (the cache is appended when it exists).
-      env: the user's env with the load-mode AUTOTUNE_FLAGS / XLA_FLAGS already set.
+      env: the user's env with the load-mode macro flags already set.
       location: the resolved cache (cache_location.bzl).
       regen_hint: the command that regenerates the cache, for the miss message.
       user_main: the user's main file (explicit, or the default one).
       main: the user's `main` attribute, or None.
       wrapper: the Label of rules_autotune_test_wrapper.py.
       always_wrap: run the main through the wrapper even when not sharded (`runner =
-        "pytest"`: the wrapper runs pytest).
+        "pytest"`: the wrapper runs pytest; backend "xla": the wrapper sets XLA_FLAGS from the
+        macro's flags and the user's).
       shard_test_cases: the macro's `shard_test_cases`.
       tags: the user's tags.
       **kwargs: the remaining py_test attributes.
@@ -50,7 +51,8 @@ def autotuned_load_test(
     load_data = data + ([location.label] if location.exists else [])
     if always_wrap or (kwargs.get("shard_count") or 0) > 1:
         # Sharded: the wrapper gives plain unittest mains (and pytest items) Bazel's sharding
-        # protocol. `runner = "pytest"`: the wrapper runs pytest.
+        # protocol. `runner = "pytest"`: the wrapper runs pytest. Backend "xla": it sets
+        # XLA_FLAGS.
         load_env[TEST_MAIN_ENV] = "$(rootpath {})".format(user_main)
         if not shard_test_cases:
             load_env[SHARD_TEST_CASES_ENV] = "0"

@@ -19,6 +19,11 @@ Three jobs, chosen by the environment the macro sets:
   run with pytest (see `run_pytest`), with the macro's AUTOTUNE_FLAGS as the autotune_cache
   plugin's options; a sharded test gets every N-th test item by sorted node id.
 
+- backend "xla" (RULES_AUTOTUNE_MACRO_XLA_FLAGS set): XLA reads XLA_FLAGS itself, so before the
+  main runs XLA_FLAGS becomes the user's XLA_FLAGS (e.g. from `--test_env`) followed by the
+  macro's flags; a flag both set differently fails the test naming both (`merge_xla_flags`).
+  (AUTOTUNE_FLAGS needs nothing here: the library reads RULES_AUTOTUNE_MACRO_FLAGS itself.)
+
 Otherwise it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
 Standard library only at import time: this file is also used when rules_autotune is an external
 repository. The pytest branch imports pytest and the plugin, which `runner = "pytest"` targets
@@ -47,6 +52,35 @@ TEST_MAIN_ENV = "AUTOTUNE_TEST_MAIN"
 DUMP_TARGET_ENV = "AUTOTUNE_DUMP_TARGET"
 SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
 RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
+MACRO_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_FLAGS"
+MACRO_XLA_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_XLA_FLAGS"
+XLA_FLAGS_ENV = "XLA_FLAGS"
+
+
+def merge_xla_flags(env: Mapping[str, str]) -> str | None:
+    """XLA_FLAGS for the test: the user's XLA_FLAGS, then the macro's flags
+    (RULES_AUTOTUNE_MACRO_XLA_FLAGS); None when the macro set none.
+
+    `bazel test --test_env=XLA_FLAGS=...` would otherwise replace the macro's flags, and the
+    test would silently stop loading its committed cache. A flag that both set to different
+    values raises SystemExit naming both, since XLA would silently keep only one of them.
+    """
+    macro = env.get(MACRO_XLA_FLAGS_ENV)
+    if macro is None:
+        return None
+    user = env.get(XLA_FLAGS_ENV, "")
+    macro_tokens = {token.split("=", 1)[0]: token for token in macro.split()}
+    for token in user.split():
+        theirs = macro_tokens.get(token.split("=", 1)[0])
+        if theirs is not None and theirs != token:
+            raise SystemExit(
+                f"autotuned test: {token.split('=', 1)[0]} is set twice, differently: XLA_FLAGS "
+                f"has {token!r} (from the environment, e.g. bazel test --test_env=XLA_FLAGS=...) "
+                f"and the autotuned_py_test target has {theirs!r} ({MACRO_XLA_FLAGS_ENV}, from "
+                "its cache, require_complete, xla_per_fusion_cache_dir and env attributes, or "
+                "its .dump mode). XLA would keep only one: drop the flag from XLA_FLAGS, or "
+                "change the target's attributes.")
+    return " ".join(part for part in (user.strip(), macro.strip()) if part)
 
 
 def _total_shards(env: Mapping[str, str]) -> int:
@@ -294,13 +328,18 @@ def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
     import pytest  # from //rules/private:pytest_runner
 
     from autotune_cache.errors import AutotuneCacheError
+    from autotune_cache.flags import ENV_VAR, flags_text
     from autotune_cache.pytest_plugin import args_from_flags
 
     try:
-        plugin_args = args_from_flags(os.environ.get("AUTOTUNE_FLAGS", ""), os.environ)
+        # The plugin reads AUTOTUNE_FLAGS only: it gets the user's flags and the macro's, in one.
+        text = flags_text(os.environ)
+        plugin_args = args_from_flags(text, os.environ)
     except AutotuneCacheError as e:
         print(f"autotuned test: AUTOTUNE_FLAGS: {e}", file=sys.stderr)
         return EXIT_BAD_SETUP
+    os.environ[ENV_VAR] = text
+    os.environ.pop(MACRO_FLAGS_ENV, None)
     # `-p autotune_cache.pytest_plugin` below imports the plugin afresh, so that pytest can
     # rewrite its asserts as for any plugin (it warns about a module imported before it).
     sys.modules.pop("autotune_cache.pytest_plugin", None)
@@ -347,6 +386,10 @@ def main() -> None:
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_BAD_SETUP)
+    xla_flags = merge_xla_flags(os.environ)
+    if xla_flags is not None:
+        os.environ[XLA_FLAGS_ENV] = xla_flags
+        del os.environ[MACRO_XLA_FLAGS_ENV]
     user_main = resolve_main(os.environ)
     sharding = sharding_from_env(os.environ)
     entry = script_path_entry(user_main)

@@ -1,6 +1,7 @@
 """`bazel test --run_under` wrapper that records a real test target's autotune env, then runs it.
 
-Lets the integration tests check the exact XLA_FLAGS / AUTOTUNE_FLAGS that autotuned_py_test
+Lets the integration tests check the exact flags (RULES_AUTOTUNE_MACRO_FLAGS /
+RULES_AUTOTUNE_MACRO_XLA_FLAGS, before the test wrapper merges them) that autotuned_py_test
 generated for an example they do not own (e.g. the JAX example), without changing the example.
 The values go to $TEST_UNDECLARED_OUTPUTS_DIR/recorded_env.json.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 
 # AUTOTUNE_BINARY_CACHE_DIR is no longer set (issue 23); recorded so that exact assertions would
 # catch its return.
-RECORDED = ("AUTOTUNE_FLAGS", "XLA_FLAGS", "AUTOTUNE_REGEN_HINT", "AUTOTUNE_BINARY_CACHE_DIR")
+RECORDED = ("AUTOTUNE_FLAGS", "XLA_FLAGS", "RULES_AUTOTUNE_MACRO_FLAGS",
+            "RULES_AUTOTUNE_MACRO_XLA_FLAGS", "AUTOTUNE_REGEN_HINT", "AUTOTUNE_BINARY_CACHE_DIR")
 
 
 def main(argv: list[str]) -> int:

@@ -227,13 +227,14 @@ class Workspace:
             self.common_bazelrc(OVERRIDES if overrides is None else overrides))
 
     def run(self, *args: str, check: bool = True, timeout: float = 600,
-            env: dict[str, str] | None = None) -> Result:
-        """Runs `bazel <args>` in the workspace; `check` raises with the output on failure."""
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
+        """Runs `bazel <args>` in the workspace (or in `cwd`, a directory inside it); `check`
+        raises with the output on failure."""
         argv = [self.bazel, *args]
         full_env = dict(os.environ)
         full_env["AUTOTUNE_BAZEL"] = self.bazel
         full_env.update(env or {})
-        done = subprocess.run(argv, cwd=self.root, capture_output=True, text=True,
+        done = subprocess.run(argv, cwd=cwd or self.root, capture_output=True, text=True,
                               timeout=timeout, env=full_env, check=False)
         result = Result(argv, done.returncode, done.stdout, done.stderr)
         if check and done.returncode != 0:

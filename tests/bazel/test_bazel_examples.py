@@ -94,10 +94,10 @@ def strip_timing(source: Path | bytes, also_config: bool = False) -> list[bytes]
 
 
 def test_load_mode_runs_every_example_with_zero_benchmarks(workspace: Workspace) -> None:
-    # (bazel_fixtures/ruleset/ holds test_bazel_ruleset_cases.py's cases: they start without
-    # caches on purpose.)
+    # (bazel_fixtures/ruleset/ and monorepo/ hold test_bazel_ruleset_cases.py's and
+    # test_bazel_monorepo.py's cases: they start without caches on purpose.)
     workspace.run("test", "--", "//examples/...", "//bazel_fixtures/...",
-                  "-//bazel_fixtures/ruleset/...")
+                  "-//bazel_fixtures/ruleset/...", "-//bazel_fixtures/monorepo/...")
     triton_tests = [t for t in autotuned_tests(workspace, "//examples/...")
                     if t.startswith(f"//{TRITON_PKG}:")]
     assert SHARDED in triton_tests, triton_tests
@@ -167,9 +167,12 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     # TEST_WORKSPACE/ + $(rootpath): an absolute runfiles path once resolved (safe after chdir).
     triton_cache = "TEST_WORKSPACE/bazel_fixtures/triton_fixture.autotune.textproto"
     xla_cache = "TEST_WORKSPACE/bazel_fixtures/xla_fixture.autotune.textproto"
+    # Triton: the macro's flags (the user's env flags first) stay in their own variable, which
+    # the library combines with AUTOTUNE_FLAGS. XLA: the wrapper has merged them into XLA_FLAGS.
     assert env(labels[0]) == {
-        "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
-                          " --require_complete_autotune_results",
+        "RULES_AUTOTUNE_MACRO_FLAGS":
+            f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
+            " --require_complete_autotune_results",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
     }
     assert env(labels[1]) == {
@@ -177,11 +180,12 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
                      " --xla_gpu_require_complete_aot_autotune_results"
                      " --xla_gpu_per_fusion_autotune_cache_dir=/tmp/xla_per_fusion",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:xla_env_test.regen",
+        "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
     assert env(labels[2]) == {
-        "AUTOTUNE_FLAGS": f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
-                          " --dump_autotune_results_to="
-                          "TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
+        "RULES_AUTOTUNE_MACRO_FLAGS":
+            f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
+            " --dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
         "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
@@ -196,6 +200,7 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
     # No committed cache and require_complete = False: no flag at all, and it still builds.
     assert env(labels[4]) == {
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:xla_missing_cache_test.regen",
+        "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",
     }
 
 
@@ -212,7 +217,8 @@ def test_jax_example_gets_exactly_the_intended_xla_flags(workspace: Workspace) -
         load = (f"--xla_gpu_load_autotune_results_from=TEST_WORKSPACE/{cache} "
                 if (workspace.root / cache).is_file() else "")
         assert recorded == {
-            "XLA_FLAGS": f"{load}--xla_gpu_require_complete_aot_autotune_results",
+            "RULES_AUTOTUNE_MACRO_XLA_FLAGS":
+                f"{load}--xla_gpu_require_complete_aot_autotune_results",
             "AUTOTUNE_REGEN_HINT": f"bazel run {label}.regen",
         }, recorded
 
@@ -255,7 +261,7 @@ def test_regen_cache_tool_rewrites_every_committed_cache(workspace: Workspace) -
     before = committed_caches(workspace)
     assert SHARDED_CACHE in before, sorted(before)
     with restored(workspace, *before):
-        # Discovery with no pattern: every autotuned test in the workspace.
+        # Discovery with no pattern, run at the root: every autotuned test in the workspace.
         listing = workspace.run("run", "//tools:regen_cache", "--", "--dry_run").output
         for label in autotuned_tests(workspace, "//..."):
             assert f"{label}.dump ->" in listing, (label, listing)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cache import FlagError, PathPrefixError, Settings, parse_flags
-from autotune_cache.flags import settings_from_env
+from autotune_cache.flags import flags_text, settings_from_env
 
 
 def test_empty_flags_give_defaults():
@@ -89,3 +89,61 @@ def test_cache_dir_that_cannot_be_created(tmp_path):
 def test_settings_from_environment_variable(tmp_path):
     s = settings_from_env({"AUTOTUNE_FLAGS": "--autotune_cache_mode=read"})
     assert s.cache_mode == "read"
+
+
+# ----- the macro's flags (RULES_AUTOTUNE_MACRO_FLAGS) and the user's AUTOTUNE_FLAGS -------------
+
+BAZEL_ENV = {"TEST_SRCDIR": "/runfiles", "TEST_WORKSPACE": "ws"}
+MACRO = ("--load_autotune_results_from=TEST_WORKSPACE/pkg/t.autotune.textproto "
+         "--require_complete_autotune_results")
+
+
+def test_test_env_flags_add_to_the_macros_instead_of_replacing_them(tmp_path):
+    """`bazel test --test_env=AUTOTUNE_FLAGS=--autotune_cache_dir=...` keeps the committed
+    cache loaded and strict (issue 19)."""
+    env = {**BAZEL_ENV, "RULES_AUTOTUNE_MACRO_FLAGS": MACRO,
+           "AUTOTUNE_FLAGS": f"--autotune_cache_dir={tmp_path}/shared"}
+    s = settings_from_env(env)
+    assert s.cache_dir == tmp_path / "shared"
+    assert s.load_from == (Path("/runfiles/ws/pkg/t.autotune.textproto"),)
+    assert s.require_complete is True
+
+
+def test_the_committed_cache_loads_after_the_users_files():
+    env = {**BAZEL_ENV, "RULES_AUTOTUNE_MACRO_FLAGS": MACRO,
+           "AUTOTUNE_FLAGS": "--load_autotune_results_from=/extra/seed.textproto"}
+    assert settings_from_env(env).load_from == (
+        Path("/extra/seed.textproto"), Path("/runfiles/ws/pkg/t.autotune.textproto"))
+
+
+def test_either_variable_alone_is_used_as_is():
+    macro_only = {**BAZEL_ENV, "RULES_AUTOTUNE_MACRO_FLAGS": MACRO}
+    assert flags_text(macro_only) == MACRO
+    assert flags_text({"AUTOTUNE_FLAGS": "--autotune_cache_mode=read"}) == \
+        "--autotune_cache_mode=read"
+    assert flags_text({}) == ""
+
+
+def test_the_same_value_in_both_is_not_a_conflict():
+    env = {**BAZEL_ENV, "RULES_AUTOTUNE_MACRO_FLAGS": MACRO,
+           "AUTOTUNE_FLAGS": "--require_complete_autotune_results=true"}
+    assert settings_from_env(env).require_complete is True
+
+
+@pytest.mark.parametrize("user,macro,flag", [
+    ("--require_complete_autotune_results=false", MACRO, "--require_complete_autotune_results"),
+    ("--dump_autotune_results_to=/tmp/elsewhere.textproto",
+     "--dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
+     "--dump_autotune_results_to"),
+    ("--autotune_cache_mode=update", "--autotune_cache_mode=read", "--autotune_cache_mode"),
+])
+def test_a_flag_both_set_differently_fails_naming_both(tmp_path, user, macro, flag):
+    env = {**BAZEL_ENV, "TEST_UNDECLARED_OUTPUTS_DIR": str(tmp_path),
+           "RULES_AUTOTUNE_MACRO_FLAGS": macro, "AUTOTUNE_FLAGS": user}
+    with pytest.raises(FlagError) as raised:
+        settings_from_env(env)
+    message = str(raised.value)
+    assert f"{flag} is set twice, differently" in message
+    theirs = next(token for token in macro.split() if token.split("=")[0] == flag)
+    assert repr(user) in message and repr(theirs) in message
+    assert "--test_env=AUTOTUNE_FLAGS" in message and "RULES_AUTOTUNE_MACRO_FLAGS" in message

@@ -68,6 +68,11 @@ PAIRS = [
     ("SHARD_TEST_CASES_ENV", WRAPPER.SHARD_TEST_CASES_ENV,
      "rules/private/rules_autotune_test_wrapper.py"),
     ("RUNNER_ENV", WRAPPER.RUNNER_ENV, "rules/private/rules_autotune_test_wrapper.py"),
+    ("MACRO_FLAGS_ENV", library_flags.MACRO_ENV_VAR, "autotune_cache/flags.py"),
+    ("MACRO_FLAGS_ENV", WRAPPER.MACRO_FLAGS_ENV, "rules/private/rules_autotune_test_wrapper.py"),
+    ("MACRO_XLA_FLAGS_ENV", WRAPPER.MACRO_XLA_FLAGS_ENV,
+     "rules/private/rules_autotune_test_wrapper.py"),
+    ("XLA_FLAGS_ENV", WRAPPER.XLA_FLAGS_ENV, "rules/private/rules_autotune_test_wrapper.py"),
     ("REGEN_HINT_ENV", library_flags.REGEN_HINT_ENV, "autotune_cache/flags.py"),
     ("AUTOTUNE_FLAGS_ENV", library_flags.ENV_VAR, "autotune_cache/flags.py"),
     ("WORKSPACE_PREFIX", library_flags.WORKSPACE_PREFIX, "autotune_cache/flags.py"),
@@ -76,7 +81,8 @@ PAIRS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "python_value", "where"), PAIRS, ids=[p[0] for p in PAIRS])
+@pytest.mark.parametrize(("name", "python_value", "where"), PAIRS,
+                         ids=[f"{p[0]}-{p[2]}" for p in PAIRS])
 def test_python_copy_matches_the_starlark_constant(name: str, python_value: str,
                                                    where: str) -> None:
     assert name in STARLARK, f"rules/private/constants.bzl no longer defines {name}"

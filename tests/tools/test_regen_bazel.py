@@ -128,3 +128,28 @@ def test_backend_tag_is_read_from_the_query() -> None:
                             '<string value="autotune_backend=xla"/>', 1)
     backends = {t.label: t.backend for t in regen_bazel.parse_dump_targets(xml)}
     assert "xla" in backends.values()
+
+
+@pytest.mark.parametrize(("pattern", "package", "expected"), [
+    ("...", "team_a", "//team_a/..."),
+    ("...", "", "//..."),
+    (":t_test", "team_a/kernels", "//team_a/kernels:t_test"),
+    (":t_test", "", "//:t_test"),
+    ("sub/...", "team_a", "//team_a/sub/..."),
+    ("sub:t_test.dump", "team_a", "//team_a/sub:t_test.dump"),
+    ("//team_b/...", "team_a", "//team_b/..."),
+    ("@other//x:t", "team_a", "@other//x:t"),
+])
+def test_relative_patterns_are_read_from_the_working_directory(
+        pattern: str, package: str, expected: str) -> None:
+    assert regen_bazel.absolute_pattern(pattern, package) == expected
+
+
+def test_working_package_is_the_run_directory_inside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "team_a/kernels").mkdir(parents=True)
+    env = {"BUILD_WORKING_DIRECTORY": str(tmp_path / "team_a/kernels")}
+    assert regen_bazel.working_package(env, tmp_path) == "team_a/kernels"
+    assert regen_bazel.working_package({"BUILD_WORKING_DIRECTORY": str(tmp_path)}, tmp_path) == ""
+    assert regen_bazel.working_package({}, tmp_path) == ""
+    # Run from outside the workspace (--workspace=DIR given): nothing to resolve against.
+    assert regen_bazel.working_package({"BUILD_WORKING_DIRECTORY": "/"}, tmp_path) == ""

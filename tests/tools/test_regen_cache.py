@@ -267,3 +267,18 @@ def test_remote_flags_hand_the_dumps_to_bazel(tmp_path: Path) -> None:
     assert not any(c.startswith(("--run_under", "--local_test_jobs")) for c in command)
     assert command[0] == "--keep_going" and command[-1] == "//pkg:t.dump"
     assert "Bazel schedules the dumps" in plan.describe()
+
+
+def test_bazelrc_test_filters_are_turned_off_for_the_chosen_dumps(tmp_path: Path) -> None:
+    """A `.bazelrc` with `test --test_tag_filters=-gpu` (or size, timeout, lang filters) would
+    filter every dump out; the command turns them off, and an explicit --bazel_flag still wins
+    (issue 19)."""
+    args = regen_cache.parse_args(["--gpus=none", "--bazel_flag=--test_tag_filters=-flaky",
+                                   "//pkg:t"])
+    plan = regen_cache.scheduling_plan(args, bazel=None)
+    target = regen_bazel.DumpTarget("//pkg:t.dump", "pkg/t.autotune.textproto")
+    command = regen_cache.test_command(args, plan, tmp_path / "bep.json", [target])
+    for reset in ("--test_tag_filters=", "--test_size_filters=", "--test_timeout_filters=",
+                  "--test_lang_filters="):
+        assert reset in command
+    assert command.index("--test_tag_filters=") < command.index("--test_tag_filters=-flaky")
