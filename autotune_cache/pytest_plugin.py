@@ -46,7 +46,15 @@ from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, check_dump_sharding, configure
 from autotune_cache.dumpfile import DumpFile
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
-from autotune_cache.flags import ENV_VAR, FLAGS, Settings, parse_flags, split_flags
+from autotune_cache.flags import (
+    ENV_VAR,
+    FLAGS,
+    MACRO_ENV_VAR,
+    Settings,
+    flags_text,
+    parse_flags,
+    split_flags,
+)
 from autotune_cache.formats import Keyed, load_results
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -177,8 +185,9 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
     and the combined flags as one AUTOTUNE_FLAGS string (for messages). Raises
     pytest.UsageError for a bad value or a conflict."""
     env = autotune_env.environ() if env is None else env
-    env_text = env.get(ENV_VAR, "")
     try:
+        # AUTOTUNE_FLAGS and, under Bazel, the macro's RULES_AUTOTUNE_MACRO_FLAGS.
+        env_text = flags_text(env)
         env_settings = parse_flags(env_text, env)
     except AutotuneCacheError as e:
         raise pytest.UsageError(str(e)) from None
@@ -238,7 +247,7 @@ def active(config: pytest.Config) -> bool:
     test) and the run gets the summary, short stale-cache failures and require-complete's
     session verdict."""
     given = any(v not in (None, False) for v in option_values(config).values())
-    return given or bool(autotune_env.get(ENV_VAR).strip())
+    return given or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))
 
 
 # ----- per-test attribution ---------------------------------------------------------------------
