@@ -39,7 +39,6 @@ from autotune_cache.locking import file_lock, trusted_lock_dir
 log = logging.getLogger("autotune_cache")
 
 DUMP_FLAG = "--dump_autotune_results_to"
-MERGE_FLAG = "--autotune_dump_merge"
 # Merge mode holds this lock for one read-merge-write of the final file.
 LOCK_TIMEOUT_S = 120.0
 _TARGET = "target"  # the run directory's file naming the dump path it collects for
@@ -90,6 +89,8 @@ class DumpFile:
         self.is_root = run_dir is None or _run_target(run_dir) != self._target
         self._base: dict[str, Keyed] = {}
         self._members: dict[Path, tuple[tuple[int, int, int] | None, dict[str, Keyed]]] = {}
+        # The dump file's identity after this root last wrote it (merge mode re-reads a change).
+        self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
         if self.is_root:
             # Refuse a foreign file now, before any tuning; merge mode keeps what it read.
@@ -106,13 +107,14 @@ class DumpFile:
 
     # ----- writing ---------------------------------------------------------------------------
 
-    def write(self, pairs: Iterable[Keyed]) -> None:
+    def write(self, pairs: Iterable[Keyed]) -> int:
         """Write this process's entries: the dump file itself in the root, its partial file in a
-        member. CacheDirError names the file on failure."""
+        member. Returns the number of entries written (the whole dump's in the root).
+        CacheDirError names the file on failure."""
         pairs = list(pairs)
         if not self.is_root:
             self._write_partial(pairs)
-            return
+            return len(pairs)
         own = {key.digest(): (key, entry) for key, entry in pairs}
         with self._merge_lock():
             if self.merge and self._base_changed():
@@ -122,6 +124,7 @@ class DumpFile:
             merged.update(own)
             self._save(self.path, merged.values())
             self._base_identity = _identity(self.path)
+        return len(merged)
 
     def close(self, pairs: Iterable[Keyed]) -> int:
         """The run's last write from this process; in the root, the dump file is written (an
@@ -130,12 +133,10 @@ class DumpFile:
         pairs = list(pairs)
         if self._closed:
             return len(pairs)
-        self.write(pairs)
+        count = self.write(pairs)
         self._closed = True
-        if not self.is_root:
-            return len(pairs)
-        count = len(read_existing(self.path, self.flag))
-        self._end_run()
+        if self.is_root:
+            self._end_run()
         return count
 
     def _end_run(self) -> None:
@@ -166,8 +167,6 @@ class DumpFile:
                 "some space or point the option at a writable path.") from e
 
     # ----- reading the other processes' entries ---------------------------------------------
-
-    _base_identity: tuple[int, int, int] | None = None
 
     def _base_changed(self) -> bool:
         """Whether the dump file changed since this root last wrote it (merge mode re-reads it:
