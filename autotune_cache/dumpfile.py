@@ -3,7 +3,9 @@
 A *run* is the process that first opens a dump path (the run's root) and every process it
 starts that dumps to the same path (a test's subprocesses; pytest-xdist workers go through the
 plugin's own merge). The root makes a private run directory under the temp directory and names
-it in AUTOTUNE_DUMP_RUN, which child processes inherit. A member writes its entries to its own
+it in AUTOTUNE_DUMP_RUN, which child processes inherit (a run started inside another run, to
+another path, remembers the outer one, so a grandchild dumping to the outer path still joins
+it). A member writes its entries to its own
 partial file there; the root writes the dump file itself: its own entries, every partial so
 far, and, only with --autotune_dump_merge, the entries the file held before the run (the run's
 win on a shared key). So regenerating into a committed file drops entries the run no longer
@@ -42,6 +44,7 @@ DUMP_FLAG = "--dump_autotune_results_to"
 # Merge mode holds this lock for one read-merge-write of the final file.
 LOCK_TIMEOUT_S = 120.0
 _TARGET = "target"  # the run directory's file naming the dump path it collects for
+_OUTER = "outer"  # ... and the one naming the run it was started inside ('' for none)
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -69,11 +72,27 @@ def read_existing(path: Path, flag: str = DUMP_FLAG) -> dict[str, Keyed]:
     return {key.digest(): (key, entry) for key, entry in keyed(entries)}
 
 
-def _run_target(run_dir: Path) -> str | None:
+def _read(path: Path) -> str | None:
     try:
-        return (run_dir / _TARGET).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError:
         return None
+
+
+def _find_run(inherited: str, target: str) -> Path | None:
+    """The live run, among the inherited one and the runs it was started inside, that collects
+    for `target`; None when there is none (this process is then a root). Following the outer
+    runs matters when a run to another path sits in between, as an xdist worker's partial dump
+    sits between the controller's run and a subprocess dumping to the controller's path."""
+    seen: set[str] = set()
+    current = inherited
+    while current and current not in seen:
+        seen.add(current)
+        run_dir = Path(current)
+        if _read(run_dir / _TARGET) == target:
+            return run_dir
+        current = _read(run_dir / _OUTER) or ""
+    return None
 
 
 class DumpFile:
@@ -85,8 +104,8 @@ class DumpFile:
         self.flag = flag
         self._target = str(self.path.resolve())
         inherited = env.dump_run()
-        run_dir = Path(inherited) if inherited else None
-        self.is_root = run_dir is None or _run_target(run_dir) != self._target
+        run_dir = _find_run(inherited, self._target)
+        self.is_root = run_dir is None
         self._base: dict[str, Keyed] = {}
         self._members: dict[Path, tuple[tuple[int, int, int] | None, dict[str, Keyed]]] = {}
         # The dump file's identity after this root last wrote it (merge mode re-reads a change).
@@ -99,6 +118,7 @@ class DumpFile:
             self._outer_run = inherited or None  # a run to another path, restored at close
             self.run_dir = Path(tempfile.mkdtemp(prefix="autotune-dump-run-"))
             (self.run_dir / _TARGET).write_text(self._target, encoding="utf-8")
+            (self.run_dir / _OUTER).write_text(inherited, encoding="utf-8")
             env.set_dump_run(str(self.run_dir))
         else:
             assert run_dir is not None

@@ -157,3 +157,22 @@ def test_all_kernels_option_routes_triton_autotune_before_tests_import(suite):
     """)
     run(suite, "test_routed.py", "--autotune-all-kernels").assert_outcomes(passed=1)
     run(suite, "test_routed.py").assert_outcomes(failed=1)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_subprocess_dumping_through_autotune_flags_joins_the_run(suite, monkeypatch, mode):
+    """A test that starts a subprocess with the run's AUTOTUNE_FLAGS: its entries are in the
+    run's dump (under -n 2 too, where the worker's own partial dump sits in between)."""
+    dump = suite.path / "cache.textproto"
+    monkeypatch.setenv("AUTOTUNE_FLAGS", f"--dump_autotune_results_to={dump}")
+    suite.makepyfile(test_spawns="""
+        import subprocess, sys
+        import fake_kernel
+
+        def test_spawns():
+            assert fake_kernel.launch("softmax", 1024) == 64
+            code = "import fake_kernel; assert fake_kernel.launch('child', 7) == 64"
+            subprocess.run([sys.executable, "-c", code], check=True)
+    """)
+    run(suite, *mode, "test_spawns.py").assert_outcomes(passed=1)
+    assert [kernel for kernel, _, _ in entries(dump)] == ["child", "softmax"]
