@@ -222,3 +222,11 @@ def test_a_cache_hits_near_misses_and_misses_through_the_index(tmp_path):
     near = cache.near_misses(make_key(problem={"M": 3}, toolchain={"triton": "9.9"}))
     assert [f.key for f in near] == [make_key(problem={"M": 3})]
     assert [f.origin for f in near] == [str(path)]
+
+
+def test_an_empty_kernel_string_is_the_full_parses_error(tmp_path):
+    """`kernel: ""` is not what the writer writes: the file is parsed whole, which names it."""
+    path = canonical(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b'kernel: "matmul"', b'kernel: ""', 1))
+    with pytest.raises(CorruptFileError, match="has no key.kernel"):
+        results_index.load_file(path)
