@@ -304,8 +304,17 @@ class LoadedFile:
             if kernel is None or k == kernel)).values()
 
     def count_of(self, kernel: str) -> int:
-        """How many entries the file holds for `kernel` (what `items(kernel)` would parse)."""
+        """How many entries the file holds for `kernel` (what `items(kernel)` would key)."""
         return sum(len(group) for (k, _), group in self.groups.items() if k == kernel)
+
+    def unparsed_bytes_of(self, kernel: str) -> int:
+        """The bytes of text `items(kernel)` would still parse: the blocks of `kernel`'s
+        entries not parsed yet (0 for a binary or non-canonical file, parsed at load)."""
+        index = self.index
+        if index is None:
+            return 0
+        return sum(index.ends[i] - index.starts[i] for (k, _), group in self.groups.items()
+                   if k == kernel for i in group if i not in self.entries)
 
 
 class _Reindexed(Exception):

@@ -70,6 +70,11 @@ def test_a_lookup_parses_only_its_own_problem(tmp_path):
     near = make_key(problem={"M": 7}, toolchain={"triton": "9.9"})
     assert loaded.get(near) is None and len(loaded.entries) == 1
     assert [k for k, _ in loaded.same_problem(near)] == [key]
+    assert loaded.count_of("matmul") == 20 and loaded.count_of("other") == 0
+    blocks = path.read_bytes().count(b"entries {")
+    assert 0 < loaded.unparsed_bytes_of("matmul") < path.stat().st_size * (blocks - 1) / blocks
+    list(loaded.items("matmul"))
+    assert loaded.unparsed_bytes_of("matmul") == 0 and len(loaded.entries) == 20
 
 
 def test_an_absent_key_is_a_miss_that_parses_nothing(tmp_path):
