@@ -11,15 +11,15 @@ process (the three shapes' first and second calls), "wall" the whole process.
   D   quality of C's winners: every candidate re-timed (median of 5 do_bench medians, warmup
       10 ms, rep 25 ms each) with the compile cache C left; each tuner's pick against the
       fastest. Target: within 3 %.
-  A   fresh sandbox: ours loading C's results, empty compile cache (and no binary copy of the
-      results file: A's load writes it). Target: Triton cold / A >= 30x, and A <= 1.3x of
+  A   fresh sandbox: ours loading C's results, empty compile cache (the results file indexed
+      on load: nothing derived from it exists). Target: Triton cold / A >= 30x, and A <= 1.3x of
       `winners` (the plain kernel launched with exactly the recorded winners: the
       compile-the-winners-once floor).
   A2  the same with a warm *shared* compile cache: --autotune_remote_compile_cache on a local
       redis-server; one process fills it, a second with another empty local compile cache is
       measured. Target: Triton cold / A2 >= 100x.
   B   both caches warm: triton.autotune(cache_results=True) again on C's compile cache vs ours
-      loading the results again on A's compile cache and through the binary copy A wrote.
+      loading the results again on A's compile cache.
       Target: ours <= 1.1x.
   E   hit path of a launch-bound 1024-element add (bench/triton_launch_overhead.py): us per
       launch, ours and triton.autotune vs plain @triton.jit. Target: ours <= 1.15x.

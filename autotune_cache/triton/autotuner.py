@@ -261,16 +261,20 @@ class Autotuner(_TritonAutotuner):
         Decisions: a preload compiles exactly the recorded specialization and files it under
         the recorded JIT key, so a launch with another specialization never uses it: it
         compiles as usual and the preload was only wasted work. Any failure is logged at debug
-        level and ignored. Only this kernel's entries are read (each is parsed: results_index),
-        and not at all when the loaded files hold more than PRELOAD_SCAN_LIMIT of them (reading
-        every one would cost more than it saves). Keys whose winners record
+        level and ignored. Only this kernel's entries are read, and not at all when the loaded
+        files hold more than PRELOAD_SCAN_LIMIT of them, or more than PRELOAD_SCAN_BYTES of
+        their text is still unparsed (a canonical text file's entries are parsed on first use:
+        results_index); reading them would cost more than it saves. Keys whose winners record
         the same specialization share one compile."""
         if self._preloads is not None:
             return
         self._preloads = {}
         if interpreter_active() or not cache.memory.loaded:
             return
-        if sum(f.count_of(self.kernel_name) for f in cache.memory.loaded) > PRELOAD_SCAN_LIMIT:
+        files = cache.memory.loaded
+        if (sum(f.count_of(self.kernel_name) for f in files) > PRELOAD_SCAN_LIMIT
+                or sum(f.unparsed_bytes_of(self.kernel_name) for f in files)
+                > PRELOAD_SCAN_BYTES):
             return
         jit_fn = self.fn
         while not hasattr(jit_fn, "preload") and hasattr(jit_fn, "fn"):
@@ -556,11 +560,12 @@ class Autotuner(_TritonAutotuner):
         return entry, configs[best]
 
 
-# _preload_winners: scan loaded files up to this many entries of the kernel, preload at most this
-# many winners. Each scanned entry of a canonical text file is parsed then (about 1.5 ms with 8
-# candidates: bench/results/text_index_load.md), so 256 bounds the scan at about 0.4 s; it was
-# 2000 while loaded files were read through binary copies.
-PRELOAD_SCAN_LIMIT = 256
+# _preload_winners: scan loaded files up to this many entries of the kernel, and up to this much
+# text still to parse (protobuf's Python text parser reads about 1.3 MB/s on the CI machine, so
+# 256 KiB bounds the parsing at about 0.2 s: a scenario-B file, 3 entries of 48 candidates, is
+# 56 kB), preload at most this many winners.
+PRELOAD_SCAN_LIMIT = 2000
+PRELOAD_SCAN_BYTES = 256 * 1024
 PRELOAD_MAX = 64
 
 

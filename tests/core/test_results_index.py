@@ -70,6 +70,11 @@ def test_a_lookup_parses_only_its_own_problem(tmp_path):
     near = make_key(problem={"M": 7}, toolchain={"triton": "9.9"})
     assert loaded.get(near) is None and len(loaded.entries) == 1
     assert [k for k, _ in loaded.same_problem(near)] == [key]
+    assert loaded.count_of("matmul") == 20 and loaded.count_of("other") == 0
+    blocks = path.read_bytes().count(b"entries {")
+    assert 0 < loaded.unparsed_bytes_of("matmul") < path.stat().st_size * (blocks - 1) / blocks
+    list(loaded.items("matmul"))
+    assert loaded.unparsed_bytes_of("matmul") == 0 and len(loaded.entries) == 20
 
 
 def test_an_absent_key_is_a_miss_that_parses_nothing(tmp_path):
@@ -222,3 +227,11 @@ def test_a_cache_hits_near_misses_and_misses_through_the_index(tmp_path):
     near = cache.near_misses(make_key(problem={"M": 3}, toolchain={"triton": "9.9"}))
     assert [f.key for f in near] == [make_key(problem={"M": 3})]
     assert [f.origin for f in near] == [str(path)]
+
+
+def test_an_empty_kernel_string_is_the_full_parses_error(tmp_path):
+    """`kernel: ""` is not what the writer writes: the file is parsed whole, which names it."""
+    path = canonical(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b'kernel: "matmul"', b'kernel: ""', 1))
+    with pytest.raises(CorruptFileError, match="has no key.kernel"):
+        results_index.load_file(path)

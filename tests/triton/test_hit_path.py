@@ -170,3 +170,17 @@ def test_a_damaged_loaded_entry_skips_the_preload_not_the_launch(use_cache, fake
     out, expected = kernels.launch_add(kernel, n=100)
     torch.testing.assert_close(out, expected)
     assert stub.preloaded == [] and kernel._preloads == {}
+
+
+def test_too_much_unparsed_text_skips_the_preload_scan(use_cache, fake, tmp_path, monkeypatch):
+    """The scan parses the kernel's loaded entries; over PRELOAD_SCAN_BYTES of text still to
+    parse, it is skipped, and only the launched key's entry gets parsed (by its lookup)."""
+    from autotune_cache.triton import autotuner
+
+    kernel, _, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
+    monkeypatch.setattr(autotuner, "PRELOAD_SCAN_BYTES", 100)
+    out, expected = kernels.launch_add(kernel, n=100)
+    torch.testing.assert_close(out, expected)
+    assert stub.preloaded == [] and kernel._preloads == {}
+    (loaded,) = autotuner.get_cache().memory.loaded
+    assert loaded.indexed and len(loaded.entries) == 1
