@@ -270,8 +270,7 @@ class Miss:
 def _why(cache: Cache, key: CacheKey) -> str:
     """'new', 'candidate list changed', or 'stale: <what differs>' for a missed key."""
     near = cache.near_misses(key)
-    stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
-             or f.key.device != key.device or f.key.toolchain != key.toolchain]
+    stale = [f for f in near if key.is_stale(f.key)]
     if stale:
         reasons = sorted({r for f in stale for r in key.stale_reasons(f.key)})
         return "stale: " + "; ".join(reasons)
