@@ -101,8 +101,6 @@ class CacheKey:
     ) -> None:
         if not kernel:
             raise ValueError("cache key needs a kernel name")
-        if scheme < 1:
-            raise ValueError(f"key scheme {scheme} is not a scheme; schemes count from 1")
         object.__setattr__(self, "kernel", kernel)
         object.__setattr__(self, "source_fingerprint", source_fingerprint)
         object.__setattr__(self, "configs_fingerprint", configs_fingerprint)

@@ -71,9 +71,12 @@ def test_a_later_scheme_is_written_hashed_and_read_back():
     assert new.sort_key() != old.sort_key()
 
 
-def test_a_scheme_below_one_is_refused():
-    with pytest.raises(ValueError, match="key scheme 0 is not a scheme"):
-        replace(make_key(), scheme=0)
+def test_a_damaged_scheme_in_a_file_is_a_stale_near_miss_not_an_error(tmp_path):
+    damaged = make_key().to_proto()
+    damaged.key_scheme = -3
+    key = CacheKey.from_proto(damaged)
+    assert key.scheme == -3 and make_key().is_stale(key)
+    assert make_key().stale_reasons(key) == [scheme_mismatch(-3, 1)]
 
 
 def test_another_scheme_is_named_instead_of_an_edited_kernel():
