@@ -71,7 +71,7 @@ def test_a_later_scheme_is_written_hashed_and_read_back():
     assert new.sort_key() != old.sort_key()
 
 
-def test_a_damaged_scheme_in_a_file_is_a_stale_near_miss_not_an_error(tmp_path):
+def test_a_damaged_scheme_in_a_file_is_a_stale_near_miss_not_an_error():
     damaged = make_key().to_proto()
     damaged.key_scheme = -3
     key = CacheKey.from_proto(damaged)
