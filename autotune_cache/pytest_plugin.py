@@ -5,27 +5,21 @@ name, so `-p autotune_cache.pytest_plugin` and the entry point are one plugin, n
 inert unless one of its options is given: without them it registers nothing but the options, and
 AUTOTUNE_FLAGS alone configures the library exactly as outside pytest.
 
-Decisions recorded here (docs/pytest.md explains them to users):
-
-- Each option is the twin of one AUTOTUNE_FLAGS flag (OPTIONS below). Its value is parsed by that
-  flag's own parser, so TEST_UNDECLARED_OUTPUTS_DIR/ and TEST_WORKSPACE/ prefixes and every error
-  message are the flag's; the message is prefixed with the option's name.
-- Options and AUTOTUNE_FLAGS combine: files to load are the union (AUTOTUNE_FLAGS' files first, so
-  an option's file wins on a shared key, as a later file always does); every other twin must
-  agree with AUTOTUNE_FLAGS when both give it, else a usage error names both. AUTOTUNE_FLAGS
-  flags without a twin (cache mode, remote tier, compile workers) apply unchanged.
-- The process-wide cache is configured once at pytest_configure, so a bad flag or a missing file
-  is a usage error before any test runs. Nothing is exported to os.environ: subprocesses that a
-  test starts see AUTOTUNE_FLAGS only (a shared dump path would be clobbered by them).
-- Misses are attributed to the running test by wrapping the configured Cache instance's public
-  `lookup` (the core has no observer hook). Under require-complete a miss raises
-  MissingResultError from the kernel launch, failing that test only; a test that swallows the
-  error is failed after its call with the same message.
-- Under pytest-xdist every worker dumps to its own partial file and the controller merges them.
-  When the run dumps without a cache directory, the workers share a temporary one, so the
-  cross-process tuning lock tunes each key once and every worker's copy of an entry is identical;
-  the merged file is then the same whatever the scheduling. Entries that still differ between
-  workers (e.g. --autotune_cache_mode=read) are refused by name and the partial files are kept.
+- Each option is the twin of one AUTOTUNE_FLAGS flag (OPTIONS below), parsed by that flag's own
+  parser; its messages are the flag's, prefixed with the option's name.
+- Options and AUTOTUNE_FLAGS combine: files to load are the union (AUTOTUNE_FLAGS' files first);
+  every other twin must agree with AUTOTUNE_FLAGS when both give it, else a usage error names
+  both. AUTOTUNE_FLAGS flags without a twin apply unchanged.
+- The process-wide cache is configured once at pytest_configure (a bad flag or a missing file is a
+  usage error before any test runs); nothing is exported to os.environ.
+- Misses are attributed to the running test by a listener on the configured Cache
+  (`Cache.add_listener`). Under require-complete a miss raises MissingResultError from the kernel
+  launch, failing that test only; a test that swallows the error is failed after its call with
+  the same message.
+- Under pytest-xdist every worker dumps to its own partial file and the controller merges them;
+  without a cache directory the workers share a temporary one. Entries that still differ between
+  workers are refused by name and the partial files are kept.
+docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-plugin.md.
 """
 
 from __future__ import annotations
@@ -270,8 +264,7 @@ class Miss:
 def _why(cache: Cache, key: CacheKey) -> str:
     """'new', 'candidate list changed', or 'stale: <what differs>' for a missed key."""
     near = cache.near_misses(key)
-    stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
-             or f.key.device != key.device or f.key.toolchain != key.toolchain]
+    stale = [f for f in near if key.is_stale(f.key)]
     if stale:
         reasons = sorted({r for f in stale for r in key.stale_reasons(f.key)})
         return "stale: " + "; ".join(reasons)
