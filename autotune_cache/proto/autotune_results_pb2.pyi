@@ -91,6 +91,7 @@ class Key(_message.Message):
     PROBLEM_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     TOOLCHAIN_FIELD_NUMBER: _builtins.int
+    KEY_SCHEME_FIELD_NUMBER: _builtins.int
     kernel: _builtins.str
     """Human-readable kernel name, e.g. "matmul_kernel"."""
     source_fingerprint: _builtins.str
@@ -100,6 +101,11 @@ class Key(_message.Message):
     problem: _builtins.str
     """Canonical problem key: the tuned arguments' values and tensor dtypes, "name=value" pairs
     sorted by name and joined by ",".
+    """
+    key_scheme: _builtins.int
+    """How the fingerprints, the problem text and the key's digest were computed (KEY_SCHEME in
+    autotune_cache/key.py). Unset means scheme 1, the scheme of keys written before this field;
+    later schemes are always written. An entry of another scheme is stale, named as such.
     """
     @_builtins.property
     def device(self) -> Global___Device: ...
@@ -116,10 +122,11 @@ class Key(_message.Message):
         problem: _builtins.str = ...,
         device: Global___Device | None = ...,
         toolchain: _abc.Iterable[Global___Version] | None = ...,
+        key_scheme: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs_fingerprint", b"configs_fingerprint", "device", b"device", "kernel", b"kernel", "problem", b"problem", "source_fingerprint", b"source_fingerprint", "toolchain", b"toolchain"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs_fingerprint", b"configs_fingerprint", "device", b"device", "kernel", b"kernel", "key_scheme", b"key_scheme", "problem", b"problem", "source_fingerprint", b"source_fingerprint", "toolchain", b"toolchain"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
