@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from autotune_cache import console
 from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, check_dump_sharding, configure
 from autotune_cache.dumpfile import DumpFile
@@ -235,13 +236,45 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
+BLOCK_NAME = "autotune_cache"
+
+
 def active(config: pytest.Config) -> bool:
     """Whether any of the plugin's options was given, or AUTOTUNE_FLAGS is set: then the
     process-wide cache is configured up front (a bad flag stops the run once, before any
     test) and the run gets the summary, short stale-cache failures and require-complete's
-    session verdict."""
+    session verdict.
+
+    `-p no:autotune_cache` keeps the plugin out of the run (the library itself still reads
+    AUTOTUNE_FLAGS when a kernel runs); an --autotune-* option given with it is a usage error,
+    since it would silently do nothing."""
+    if config.pluginmanager.is_blocked(BLOCK_NAME):
+        # Ini settings are a project's defaults, which -p no: switches off; the command line is
+        # this run's request.
+        asked = [o.name for o in OPTIONS if config.getoption(o.dest) not in (None, False)]
+        if asked:
+            raise pytest.UsageError(
+                f"the autotune_cache plugin is disabled with -p no:{BLOCK_NAME}, so {asked[0]} "
+                "would do nothing; drop one of the two")
+        return False
     given = any(v not in (None, False) for v in option_values(config).values())
     return given or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))
+
+
+def _lines_to_terminal(config: pytest.Config) -> None:
+    """Show the library's lines for people (tuning progress) through pytest's terminal
+    reporter, with capture suspended, so they appear without -s."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None:
+        return
+
+    def write(line: str) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.ensure_newline()
+            tr.write_line(line)
+
+    console.set_sink(write)
 
 
 # ----- per-test attribution ---------------------------------------------------------------------
@@ -403,6 +436,14 @@ class RunnerPlugin:
         self.recorder = MissRecorder()
         self.recorder.attach(self.cache)
         self.dumped = 0
+        if self.workerinput is None:
+            _lines_to_terminal(config)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.workerinput is None:
+            # The terminal summary already said what the exit line would say, after pytest's
+            # last line: drop it (the Bazel JSON report is still written).
+            console.set_sink(lambda line: None)
 
     def _short_failure(self, run: Iterator[None]) -> Iterator[None]:
         """Run one phase; a stale-cache error becomes a short failure (the message, no stack)
