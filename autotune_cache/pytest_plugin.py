@@ -358,9 +358,12 @@ def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]],
                   workers: int = 0) -> list[str]:
     """The terminal-summary section: counters, then which tests missed which kernels."""
-    line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses "
-            f"({int(stats['stale'])} stale), {int(stats['benchmarks'])} benchmarks, "
-            f"saved ~{stats['saved_seconds']:.1f} s of tuning")
+    why = f"{int(stats['stale'])} stale"
+    if stats["candidates_changed"]:
+        why += f", {int(stats['candidates_changed'])} after a candidate-list change"
+    line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses ({why}), "
+            f"{int(stats['benchmarks'])} benchmarks, saved ~{stats['saved_seconds']:.1f} s of "
+            "tuning")
     if stats["tuned"]:
         line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
     if stats["peer_results"]:

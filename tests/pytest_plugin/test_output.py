@@ -69,3 +69,13 @@ def test_dash_p_no_autotune_cache_keeps_the_plugin_out(suite, monkeypatch):
     result.stderr.fnmatch_lines([
         "*the autotune_cache plugin is disabled with -p no:autotune_cache, so "
         "--autotune-require-complete would do nothing; drop one of the two"])
+
+
+def test_the_summary_counts_a_candidate_list_change(suite, monkeypatch):
+    dump = suite.path / "c.textproto"
+    run(suite, f"--autotune-dump={dump}").assert_outcomes(passed=4)
+    monkeypatch.setenv("FAKE_KERNEL_CONFIGS", "one more config")
+    result = run(suite, f"--autotune-load={dump}")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "1 hits, 3 misses (0 stale, 3 after a candidate-list change), 9 benchmarks, *"])
