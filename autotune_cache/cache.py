@@ -281,6 +281,9 @@ class Cache:
            the lock, and returned with its index.
         The lock is released on every path; an exception from `tune` records nothing."""
         candidates = tuple(candidates)
+        if not candidates:
+            raise ValueError(f"autotune_cache: resolve() for {key.describe()} got no candidate "
+                             "configs; pass at least one (the kernel's candidate list)")
         self.stats.served(key.kernel)
         entry = self.lookup(key, candidates)
         if entry is not None:

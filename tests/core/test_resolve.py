@@ -167,6 +167,12 @@ def test_a_callback_that_skips_a_candidate_is_an_error_naming_the_key() -> None:
     assert cache.stats.tuned == 0 and cache.memory.get(KEY) is None
 
 
+def test_no_candidates_is_an_error_naming_the_key() -> None:
+    with pytest.raises(ValueError, match="got no candidate configs") as err:
+        Cache(Settings()).resolve(KEY, [], FakeTune({}), timing_method="fake")
+    assert KEY.describe() in str(err.value)
+
+
 # ----- processes racing for one key ----------------------------------------------------------
 
 WORKER = textwrap.dedent("""
