@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "autotune_cache.validate", "autotune_cache.console"),
     ("autotune_cache.flags", "autotune_cache.formats"),
     ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.dumpfile",
-     "autotune_cache.results_index"),
+     "autotune_cache.results_index", "autotune_cache.tuning"),
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
