@@ -3,8 +3,8 @@
 - Under pytest, the plugin installs a sink that writes through pytest's terminal reporter, so
   progress shows without `-s` and nothing lands after pytest's last line.
 - Where the program has configured logging (its root logger or the `autotune_cache` logger has a
-  handler), the lines are INFO records of `logging.getLogger("autotune_cache")`, and the
-  program's levels decide.
+  handler; pytest's capture handlers do not count), the lines are INFO records of
+  `logging.getLogger("autotune_cache")`, and the program's levels decide.
 - Otherwise they go to stderr, unless the `autotune_cache` logger's level was set above INFO:
   `logging.getLogger("autotune_cache").setLevel(logging.WARNING)` silences them.
 
@@ -29,10 +29,18 @@ def say(line: str) -> None:
     """Show `line` to the person running the program (see the module docstring for where)."""
     if _sink is not None:
         _sink(line)
-    elif LOGGER.handlers or logging.getLogger().handlers:
+    elif _logging_configured():
         LOGGER.info(line)
     elif LOGGER.level == logging.NOTSET or LOGGER.level <= logging.INFO:
         print(line, file=sys.stderr, flush=True)
+
+
+def _logging_configured() -> bool:
+    """Whether the program gave the root or the `autotune_cache` logger a handler. pytest's own
+    capture handlers do not count: under pytest without the plugin, lines stay on stderr, where
+    pytest shows them with a failing test's captured output."""
+    handlers = [*LOGGER.handlers, *logging.getLogger().handlers]
+    return any(not type(h).__module__.startswith("_pytest") for h in handlers)
 
 
 @contextlib.contextmanager
