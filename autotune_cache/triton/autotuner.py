@@ -155,12 +155,13 @@ class Autotuner(_TritonAutotuner):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Launch the kernel with the cached (or freshly tuned) best config for these args.
 
-        The hit path first (target E of issue 13): when no keyword names a kernel argument, a
-        fast key (the key arguments' values by precomputed position, then every argument's
-        dtype or None) finds the config resolved for it, with its meta-parameters, and the
-        Triton-style memo it was resolved under; it is launched when Triton's memo still holds
-        that config (so clearing `kernel.cache` re-tunes, as in Triton). Configs with a
-        pre_hook, and calls passing kernel arguments by keyword, take the full path."""
+        The hit path first (docs/decisions/0017-launch-hit-path.md): when no keyword names a
+        kernel argument, a fast key (the key arguments' values by precomputed position, then
+        every argument's dtype or None) finds the config resolved for it, with its
+        meta-parameters, and the Triton-style memo it was resolved under; it is launched when
+        Triton's memo still holds that config (so clearing `kernel.cache` re-tunes, as in
+        Triton). Configs with a pre_hook, and calls passing kernel arguments by keyword, take
+        the full path."""
         if len(self.configs) > 1 and self._arg_name_set.isdisjoint(kwargs):
             fast_key = self._fast_keys.get(len(args))
             if fast_key is not None:
@@ -172,12 +173,8 @@ class Autotuner(_TritonAutotuner):
 
     def _fast_key(self, args: Sequence[Any]) -> tuple:
         """The hit path's key for positional `args` (see run): the key arguments' values by
-        position, then every argument's dtype or None.
-
-        Decision: the key function is generated once per argument count (as Triton generates its
-        binder), a flat tuple expression with constant indices: about 0.75 µs a launch cheaper
-        than two comprehensions on CPython 3.11 (bench/triton_launch_overhead.py measures the
-        whole hit path)."""
+        position, then every argument's dtype or None, by a flat tuple expression generated
+        once per argument count (docs/decisions/0017-launch-hit-path.md)."""
         fast_key = self._fast_keys.get(len(args))
         if fast_key is None:
             items = [f"args[{i}]" for i in self._key_positions if i < len(args)]
