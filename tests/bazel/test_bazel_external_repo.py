@@ -34,6 +34,15 @@ autotuned_py_test(
     srcs = ["vector_add_test.py"],
     deps = [":kernels"],
 )
+
+# The cache spelled with the workspace's own name (issue 19, item 6).
+autotuned_py_test(
+    name = "own_name_test",
+    srcs = ["vector_add_test.py"],
+    cache = "@user_workspace//app:own_name.autotune.textproto",
+    main = "vector_add_test.py",
+    deps = [":kernels"],
+)
 """
 
 
@@ -114,3 +123,17 @@ def test_test_of_another_repository_names_it_in_hint_and_regen(user_workspace: W
     assert "no such package" not in regen.output, regen.output
     assert ("@ext_lib//lib:lib_test.dump belongs to repository @ext_lib, and regen_cache writes "
             "caches only into the main workspace's source tree") in regen.output, regen.output
+
+
+@pytest.mark.bazel
+def test_a_cache_label_with_the_workspaces_own_name_is_this_repository(
+        user_workspace: Workspace) -> None:
+    """`cache = "@user_workspace//app:..."` names the main repository (its `workspace(name)`):
+    Bazel's repository mapping says so, and the macro uses it. Before, the BUILD file failed
+    with "... is in repository @user_workspace ... Copy the file into this repository"."""
+    ws = user_workspace
+    regen = ws.run("run", "//app:own_name_test.regen")
+    assert "app/own_name.autotune.textproto: ok: created" in regen.output, regen.output
+    ws.run("test", "//app:own_name_test")
+    log = ws.test_log("//app:own_name_test")
+    assert re.search(r"autotune_cache: [1-9]\d* hits, 0 misses, 0 stale, 0 benchmarks", log), log
