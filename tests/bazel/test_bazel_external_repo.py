@@ -137,3 +137,19 @@ def test_a_cache_label_with_the_workspaces_own_name_is_this_repository(
     ws.run("test", "//app:own_name_test")
     log = ws.test_log("//app:own_name_test")
     assert re.search(r"autotune_cache: [1-9]\d* hits, 0 misses, 0 stale, 0 benchmarks", log), log
+
+
+@pytest.mark.bazel
+def test_a_one_line_alias_gives_the_short_regen_command(user_workspace: Workspace) -> None:
+    """docs/bazel.md: `//tools:regen_cache` is "no such package" in a user's workspace; one
+    `alias` line in the user's tools/BUILD.bazel makes it work, from any directory."""
+    ws = user_workspace
+    missing = ws.run("run", "//tools:regen_cache", "--", "--dry_run", check=False)
+    assert missing.returncode != 0 and "no such package 'tools'" in missing.output, missing.output
+    (ws.root / "tools").mkdir()
+    (ws.root / "tools/BUILD.bazel").write_text(
+        'alias(name = "regen_cache", actual = "@rules_autotune//tools:regen_cache")\n')
+    short = ws.run("run", "//tools:regen_cache", "--", "--dry_run", ":vector_add_test",
+                   cwd=ws.root / "app")
+    assert "//app:vector_add_test.dump -> app/vector_add_test.autotune.textproto" in (
+        short.output), short.output
