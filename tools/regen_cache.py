@@ -8,7 +8,11 @@
 How it works (docs/bazel.md has the long version):
 
 1. `bazel query` finds the `.dump` targets: those of the autotuned tests the patterns name
-   (tag "autotuned"), and any `.dump` target named directly.
+   (tag "autotuned"), any `.dump` target named directly, and those sharing their cache files in
+   the files' and the tests' packages. Nothing else is loaded (never `//...` for a narrower
+   pattern, never Bazel's bazel-* convenience symlinks); a file whose new version would lose
+   entries makes it look for more sharers in the whole workspace before writing
+   (widen_where_entries_would_go).
 2. One `bazel test` runs every dump, from inside `bazel run` (Bazel releases its lock before
    it starts us). On a GPU host it runs one dump per GPU at a time, each pinned to its own GPU
    with CUDA_VISIBLE_DEVICES through `--run_under` (see regen_scheduler.py); without a GPU it
