@@ -79,25 +79,26 @@ SUITES: dict[str, Suite] = {
     "fake": Suite("fake", "bench/suite_fake/fakelib (in this repo)", "bench/suite_fake/tests",
                   ("tests",)),
     # Liger-Kernel: the DyT and fused-MoE kernels (@triton.autotune over 18, 32 and up to 40
-    # configs; reset_to_zero on the backward kernels). Cut: DyT with beta at two hidden sizes,
-    # the MoE edge cases and one forward+backward fp32 shape of test_correctness.
+    # configs). Cut to fit one device command with every pass: DyT with beta at hidden size
+    # 4096, the MoE routing-metadata tests and two forward edge cases (one (H, I) key).
     "liger": Suite(
         "liger", "liger-kernel==0.8.2 (PyPI wheel)", "linkedin/Liger-Kernel@v0.8.2 test/",
         ("test/transformers/test_dyt.py::test_liger_dyt_correctness",
          "test/transformers/test_fused_moe.py",
-         "-k", "(test_liger_dyt_correctness and True and (4096 or 256)) or routing_metadata or "
-               "single_token or K_equals_E or all_tokens or "
-               "(test_correctness and dtype0 and 7-4-64-32-2)")),
+         "-k", "(test_liger_dyt_correctness and True and 4096) or routing_metadata or "
+               "single_token or K_equals_E")),
     # flash-linear-attention: l2norm, layer norm, RMS norm and token shift of fla.modules
     # (autotuned over num_warps / num_stages, keyed by the hidden size; FLA itself passes
-    # cache_results=True). Cut: token shift at H=2560 without and with one varlen layout.
+    # cache_results=True). Cut to one shape per kernel family: the first selection (30 tests,
+    # bench/results/suite_perf_fla_h200_try1.md) needed over 200 s for P alone.
     "fla": Suite(
         "fla", "fla-core==0.5.2 (PyPI wheel)", "fla-org/flash-linear-attention@v0.5.2 tests/",
-        ("tests/modules/test_l2norm.py::test_l2norm",
-         "tests/modules/test_layernorm.py::test_layernorm",
-         "tests/modules/test_layernorm.py::test_rmsnorm",
-         "tests/modules/test_token_shift.py::test_token_shift",
-         "-k", "not test_token_shift.py or (2560 and (None or cu_seqlens_val1))")),
+        ("tests/modules/test_l2norm.py::test_l2norm[B1-T63-H1-D60-torch.float32]",
+         "tests/modules/test_l2norm.py::test_l2norm[B2-T500-H4-D64-torch.float32]",
+         "tests/modules/test_l2norm.py::test_l2norm[B3-T1024-H4-D128-torch.float32]",
+         "tests/modules/test_layernorm.py::test_layernorm[True-True-64-512-2-2]",
+         "tests/modules/test_layernorm.py::test_rmsnorm[64-512-2-2]",
+         "tests/modules/test_token_shift.py::test_token_shift[dtype0-None-2560-512-4]")),
 }
 
 
