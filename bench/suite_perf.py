@@ -270,16 +270,22 @@ def _num(value: Any, key: str, default: float = 0.0) -> float:
     return float((value or {}).get(key, default) or 0.0)
 
 
+def complete(p: Pass) -> bool:
+    """The pass ran its pytest session to the end (a killed pass has no probe record)."""
+    return not p.skipped and p.wall_s is not None and bool(p.probe.get("tests"))
+
+
 def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
     """Totals, ratios, the outcome check and the profile, from the passes' records."""
-    ran = {n: p for n, p in passes.items() if not p.skipped and p.wall_s is not None}
+    ran = {n: p for n, p in passes.items() if complete(p)}
     reference = ran.get("P") or next(iter(ran.values()), None)
     ref_outcomes = {t: v.get("outcome") for t, v in (reference.probe.get("tests", {})
                                                       if reference else {}).items()}
     totals: dict[str, Any] = {}
     for n, p in passes.items():
         if n not in ran:
-            totals[n] = {"skipped": p.skipped}
+            totals[n] = {"skipped": p.skipped or f"killed or crashed (rc={p.rc}) after "
+                                                  f"{p.wall_s:.0f} s, before its session ended"}
             continue
         tests = p.probe.get("tests", {})
         outcomes = {t: v.get("outcome") for t, v in tests.items()}
@@ -435,6 +441,33 @@ def machine() -> dict[str, Any]:
     return meta
 
 
+def write(out: Path, suite: Suite, passes: dict[str, Pass], meta: dict[str, Any],
+          smoke: bool) -> str:
+    summary = summarize(passes)
+    result = {"suite": suite.name, "library": suite.library, "source": suite.source,
+              "args": list(suite.args), "smoke": smoke, "meta": meta, **summary,
+              "raw": {n: {"wall_s": p.wall_s, "rc": p.rc, "skipped": p.skipped, "flags": p.flags,
+                          "options": p.options, "env": p.env, "compiles": p.compiles,
+                          "probe": p.probe} for n, p in passes.items()}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"suite_perf_{suite.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    md = markdown(suite, passes, summary, meta)
+    (out / f"suite_perf_{suite.name}.md").write_text(md)
+    return md
+
+
+def resummarize(path: Path, out: Path) -> int:
+    """The summary and table again from an earlier JSON's raw records (same suite)."""
+    data = json.loads(path.read_text())
+    suite = Suite(data["suite"], data["library"], data["source"], tuple(data["args"]))
+    passes = {n: Pass(n, r.get("options", []), r.get("flags", ""), r.get("env", {}),
+                      r.get("wall_s"), r.get("rc"), r.get("probe") or {}, r.get("compiles", 0),
+                      r.get("skipped", ""))
+              for n, r in data["raw"].items()}
+    print(write(out, suite, passes, data["meta"], data.get("smoke", False)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -450,9 +483,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="redis-server binary (default: PATH); a lib/ beside it is used")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch directory for the Triton caches (default OUT/work)")
+    parser.add_argument("--resummarize", type=Path, default=None, metavar="JSON",
+                        help="rebuild the summary and table of an earlier run's JSON from its "
+                             "raw records, into OUT")
     parser.add_argument("--smoke", action="store_true",
                         help="the fake library on the CPU interpreter (TRITON_INTERPRET=1)")
     args = parser.parse_args(argv)
+    if args.resummarize is not None:
+        return resummarize(args.resummarize, args.out)
     suite = SUITES["fake" if args.smoke or args.suite is None else args.suite]
     tests_root = (args.tests_root or BENCH / "suite_fake").resolve()
     names = [n.strip() for n in args.passes.split(",") if n.strip()]
@@ -469,17 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.monotonic() + args.deadline)
     redis_binary = args.redis_server or shutil.which("redis-server")
     passes = run_passes(runner, names, redis_binary)
-    summary = summarize(passes)
-    meta = machine()
-    result = {"suite": suite.name, "library": suite.library, "source": suite.source,
-              "args": list(suite.args), "smoke": args.smoke, "meta": meta, **summary,
-              "raw": {n: {"wall_s": p.wall_s, "rc": p.rc, "skipped": p.skipped, "flags": p.flags,
-                          "options": p.options, "env": p.env, "compiles": p.compiles,
-                          "probe": p.probe} for n, p in passes.items()}}
-    (args.out / f"suite_perf_{suite.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    md = markdown(suite, passes, summary, meta)
-    (args.out / f"suite_perf_{suite.name}.md").write_text(md)
-    print(md)
+    print(write(args.out, suite, passes, machine(), args.smoke))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
