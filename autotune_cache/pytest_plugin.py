@@ -665,6 +665,22 @@ def _xdist_controller(config: pytest.Config) -> bool:
     return getattr(config.option, "dist", "no") != "no"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    """--autotune-all-kernels (or its ini twin) switches the routing on before pytest imports
+    the rootdir's conftest.py files, which often import the library whose kernels it routes.
+    (Plugins given with -p are imported earlier still: AUTOTUNE_FLAGS=--autotune_all_kernels
+    covers them, at interpreter start-up.)"""
+    if early_config.pluginmanager.is_blocked(BLOCK_NAME):
+        return
+    option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
+    if option or early_config.getini("autotune_all_kernels"):
+        from autotune_cache.triton.routing import install
+
+        install()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config):

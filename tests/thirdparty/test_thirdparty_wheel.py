@@ -169,3 +169,19 @@ def test_a_library_imported_before_the_switch_is_named_with_the_fix(venv: Path,
               tmp_path)
     text = out.stdout + out.stderr
     assert "UnroutedKernelsWarning" in text and "tp_kernels.ops.scale_kernel" in text, text
+
+
+def test_a_rootdir_conftest_that_imports_the_library_is_routed(venv: Path,
+                                                               tmp_path: Path) -> None:
+    """The option takes effect before pytest imports the initial conftest.py files."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text("import tp_kernels  # noqa: F401\n")
+    test = SRC / "tp_tests" / "test_tp_kernels.py"
+    (suite / test.name).write_text(test.read_text())
+    dump = tmp_path / "tp.autotune.textproto"
+    out = run(venv, ["-m", "pytest", "-p", "autotune_cache.pytest_plugin", "-q",
+                     "-p", "no:cacheprovider", "-W", "always", "--rootdir", str(suite),
+                     str(suite), "--autotune-all-kernels", f"--autotune-dump={dump}"], tmp_path)
+    assert "UnroutedKernelsWarning" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert dumped_kernels(dump) == KERNELS
