@@ -9,8 +9,8 @@ alternately `--reps` times each:
 
   baseline   import torch and triton, exit
   cache      the same, then import autotune_cache, configure it to load the file
-             (--load_autotune_results_from=FILE --require_complete_autotune_results), look up 10 keys
-             (each the first of its entry), exit
+             (--load_autotune_results_from=FILE --require_complete_autotune_results),
+             look up 10 keys (each the first of its entry), exit
 
 Reported: the children's wall time from the parent (median and best of each kind, and the
 difference of the medians: the per-process cost), and, inside the cache child, where it goes:
@@ -53,8 +53,8 @@ t1 = time.perf_counter()
 sys.path.insert(0, sys.argv[3])
 from cpu_cache_scaling import key_of
 path, n = sys.argv[1], int(sys.argv[2])
-cache = configure(parse_flags(f"--load_autotune_results_from={path} --require_complete_autotune_results",
-                              env={}))
+flags = f"--load_autotune_results_from={path} --require_complete_autotune_results"
+cache = configure(parse_flags(flags, env={}))
 t2 = time.perf_counter()
 assert cache.lookup(key_of(0)) is not None
 t3 = time.perf_counter()
