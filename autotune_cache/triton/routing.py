@@ -9,9 +9,9 @@ spelling of Triton's decorator (`triton.autotune`, `triton.runtime.autotune`,
 share entries. Kernels decorated with `autotune_cache.triton.autotune` keep their plain name, so
 committed caches of the user's own kernels stay valid.
 
-Decision: kernels that a library decorated before the switch (real Triton `Autotuner` objects)
-are not adopted, only named in an UnroutedKernelsWarning with the fix; docs/triton.md ("Third-party
-kernels") says why. The same places are scanned for modules that imported Triton's decorator
+Kernels that a library decorated before the switch (real Triton `Autotuner` objects) are not
+adopted, only named in an UnroutedKernelsWarning with the fix
+(docs/decisions/0018-no-adoption-of-built-tuners.md). The same places are scanned for modules that imported Triton's decorator
 itself by name before the switch (`from triton import autotune`): kernels they decorate later
 stay on Triton's autotuner too.
 

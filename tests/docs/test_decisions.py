@@ -14,7 +14,6 @@ NOT_MOVED_YET = {
     "autotune_cache/locking.py",
     "autotune_cache/tiers/base.py",
     "autotune_cache/tiers/redis.py",
-    "autotune_cache/triton/routing.py",
     "autotune_cache/xla/container.py",
 }
 
