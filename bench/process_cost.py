@@ -18,7 +18,7 @@ import, configure (the load), the first lookup, the nine next. The file is built
 cpu_cache_scaling's generator (the brief's matmul entries, as the library writes them): 500
 entries x 8 candidates, about a suite's worth (a library suite of 50 kernels at 10 shapes).
 
-Writes OUT_DIR/process_cost.json and OUT_DIR/process_cost.md. --smoke: 50 entries, 3 reps.
+Writes OUT_DIR/process_cost.json and OUT_DIR/process_cost.md. --smoke: 50 entries, 1 rep.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
-        args.entries, args.reps = 50, 3
+        args.entries, args.reps = 50, 1
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "suite.autotune.textproto"

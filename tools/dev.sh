@@ -85,7 +85,7 @@ sys.exit(triton.__version__ != '$TRITON_LATEST')" 2>/dev/null; then
     "$venv/bin/pip" install -q "torch==2.13.0" "triton==$TRITON_LATEST"
     "$venv/bin/pip" install -q -e "$ROOT[triton,test]" "torch==2.13.0" "triton==$TRITON_LATEST"
   fi
-  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -p no:cacheprovider tests/triton)
+  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -n auto -p no:cacheprovider tests/triton)
 }
 
 # Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
@@ -113,8 +113,10 @@ case "$cmd" in
     cd "$ROOT"
     log "running the test suite"
     if [ $# -eq 0 ]; then
+      # One pytest-xdist worker per CPU: the suite is mostly subprocesses (Bazel, pytest, Python
+      # children) waiting on each other, and every test is independent of the others.
       stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
-        "$PY" -m pytest -ra -m "not package"
+        "$PY" -m pytest -ra -n auto -m "not package"
       # The packaging checks (sdist, wheel, a fresh venv) and the version matrix run on a full
       # run only, not when pytest arguments pick tests.
       stage "package: build, twine check, wheel in a fresh venv, mypy --strict" \
