@@ -11,9 +11,9 @@ committed caches of the user's own kernels stay valid.
 
 Kernels that a library decorated before the switch (real Triton `Autotuner` objects) are not
 adopted, only named in an UnroutedKernelsWarning with the fix
-(docs/decisions/0018-no-adoption-of-built-tuners.md). The same places are scanned for modules that imported Triton's decorator
-itself by name before the switch (`from triton import autotune`): kernels they decorate later
-stay on Triton's autotuner too.
+(docs/decisions/0018-no-adoption-of-built-tuners.md). The same places are scanned for modules
+that imported Triton's decorator itself by name before the switch (`from triton import
+autotune`): kernels they decorate later stay on Triton's autotuner too.
 
 `cache_results=True` (or TRITON_CACHE_AUTOTUNING=1), with which a library asked Triton to keep
 its results on disk, is honoured for routed kernels: unless the flags give the process a
