@@ -105,6 +105,12 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
     except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
         raise parse_error(path, str(e), text=text, what=what, data=data,
                           newer_schema_hint=newer_schema_hint) from e
+    except RecursionError:
+        # Text nesting (e.g. google.protobuf.Any within Any) deeper than Python's stack.
+        raise CorruptFileError(
+            f"{path}: not a valid {'text' if text else 'binary'}-format {what}: its messages "
+            "nest too deeply to parse (google.protobuf.Any within Any?). No XLA or "
+            "autotune_cache writer nests them so; regenerate the file.") from None
     return msg
 
 
@@ -136,10 +142,14 @@ def _looks_like_xla(data: bytes, msg: message.Message | None = None) -> bool:
     return any(sign in data[:65536] for sign in _XLA_SIGNS)
 
 
+class XlaFileError(VersionMismatchError):
+    """One of XLA's own results files was given where one of ours is read."""
+
+
 def _version_error(path: Path | str, version: int, data: bytes = b"",
                    msg: message.Message | None = None) -> VersionMismatchError:
     if _looks_like_xla(data, msg):
-        return VersionMismatchError(
+        return XlaFileError(
             f"{path}: is an XLA autotune results file (XLA's own format"
             + (f", version {version}" if version else "") + "), "
             "not an autotune_cache one. Load it into XLA with "

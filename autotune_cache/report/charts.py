@@ -19,8 +19,9 @@ from autotune_cache.report.model import Section
 WINNER = "#2ca02c"
 OTHER = "#7f9fc4"
 FAILED = "#d62728"
+# Names are data, never math: `$` in a kernel or problem name is drawn as a dollar sign.
 _RC = {"svg.hashsalt": "autotune-cache-report", "svg.fonttype": "none", "font.size": 8,
-       "axes.titlesize": 9}
+       "axes.titlesize": 9, "text.parse_math": False}
 _ROW_INCHES = 0.24
 _MAX_LABEL = 70
 

@@ -11,7 +11,7 @@ from autotune_cache.errors import AutotuneCacheError
 
 def cmd_report(args: argparse.Namespace) -> int:
     from autotune_cache.report import charts
-    from autotune_cache.report.model import build_reports
+    from autotune_cache.report.model import build_reports, shown
     from autotune_cache.report.page import render_html
 
     if args.output is None and args.png is None:
@@ -19,11 +19,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = build_reports(args.paths, args.baseline)
     if args.output is not None:
         write_atomic(args.output, render_html(report).encode("utf-8"))
-        print(f"wrote {args.output}: {len(report.sections)} entries from "
+        print(f"wrote {shown(args.output)}: {len(report.sections)} entries from "
               f"{len(report.files)} inputs")
     if args.png is not None:
         written = charts.png_per_kernel(report.sections, args.png)
-        print(f"wrote {len(written)} charts to {args.png}"
+        print(f"wrote {len(written)} charts to {shown(args.png)}"
               + ("" if written else " (no input records candidate timings)"))
     return 0
 
