@@ -168,7 +168,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for t in temps:
         print(f"{verb} leftover file {t}")
     if not args.dry_run:
-        apply_prune(rs, args.path, plan, temps)
+        for held in apply_prune(rs, args.path, plan, temps):  # a running tuning holds it
+            print(f"kept lock file {held}: a running process holds it")
+            temps.remove(held)
     print(f"{verb} {len(plan.drop)} entries and {len(temps)} leftover files (temp, lock, "
           f"damaged); {len(plan.keep)} entries kept")
     return 0
