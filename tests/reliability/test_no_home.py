@@ -24,7 +24,7 @@ import os, pwd, sys
 os.environ.pop("HOME", None)  # before anything reads the environment, as under `env -i`
 os.environ.pop("XDG_CACHE_HOME", None)
 from pathlib import Path
-import autotune_cache, autotune_cache.cli, autotune_cache.results_index
+import autotune_cache, autotune_cache.cli, autotune_cache.tiers
 from autotune_cache import Cache, Settings, get_cache
 from autotune_cache.cli import main
 from tests.cachetools import fake_tune, make_key
