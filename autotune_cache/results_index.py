@@ -21,8 +21,10 @@ So a load splits the file into entry blocks (each `entries {` ... `}` at column 
 block's kernel and problem from its first lines with one regular expression, and indexes the
 blocks by (kernel, problem). A lookup parses, with protobuf's own text parser, only the blocks
 of its key's kernel and problem, and uses one only when the parsed key's digest is the key's.
-Binary files are parsed whole (protobuf's C parser reads them in milliseconds) and indexed the
-same way.
+A binary file is indexed the same way, from a scan of its top-level wire fields: each `entries`
+field's span, and its key (only the key) parsed for the kernel and problem; an entry is parsed
+from its span on use. Parsing a binary file whole cost about 9 to 48 times its size in memory
+(upb's messages plus a Python object per entry); indexed, it costs its size plus the index.
 
 Decisions:
 - The index is only trusted when the file is provably split right. A load checks, with byte
@@ -50,8 +52,13 @@ Decisions:
   outside the blocks a process uses therefore costs that process nothing. The escape cap
   (limits.py) is checked on each block before it is parsed, and on the whole file before a
   full parse.
-- The file's bytes stay in memory (the blocks are parsed from them): peak memory is about the
-  file's size, not the several times its size a full parse of text costs.
+- The file's bytes stay in memory (the blocks are parsed from them): peak memory is the file's
+  size plus a few hundred bytes of index per entry (the index is built in one pass that keeps
+  only each block's names), not the several times its size a full parse costs. Bounds, so that
+  docs/security.md's figures hold: at most MAX_FILE_ENTRIES entries per file (the index's cost
+  is per entry, whatever the entry's size) and at most MAX_ENTRY_BYTES per indexed entry (an
+  entry parsed on use costs several times its size), each refused with a CorruptFileError
+  naming the file.
 - Several entries with one key: the last wins, as with a full parse.
 """
 
@@ -62,10 +69,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
-from google.protobuf import text_encoding, text_format
+from google.protobuf import message, text_encoding, text_format
 
+from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import (
     FORMAT_VERSION,
     check_text_budget,
@@ -75,6 +82,7 @@ from autotune_cache.formats import (
     read_results_file,
 )
 from autotune_cache.key import CacheKey
+from autotune_cache.limits import MAX_ENTRY_BYTES, MAX_FILE_ENTRIES, describe
 from autotune_cache.proto import autotune_results_pb2 as pb
 
 log = logging.getLogger("autotune_cache")
@@ -160,39 +168,52 @@ def _index(data: bytes) -> _Index | None:
     if not data.startswith(_START, len(_HEAD)) or not data.endswith(_END):
         return None
     starts = [len(_HEAD), *(m.end() for m in _NEXT_BLOCK.finditer(data, len(_HEAD)))]
+    if len(starts) > MAX_FILE_ENTRIES:
+        raise _TooMany(len(starts))
     ends = [*starts[1:], len(data)]
     match = _KEY_HEAD.match
-    found = [match(data, start) for start in starts]
-    if None in found:
-        return None
-    heads = cast("list[re.Match[bytes]]", found)
-    texts = b"".join([m.group(0) for m in heads])
-    raw = [m.group(1, 4) for m in heads]
-    if b"\\" in texts or not texts.isascii():
-        decoded = [(_unescape(kernel), _unescape(problem or b"")) for kernel, problem in raw]
-        if any(not kernel or problem is None for kernel, problem in decoded):
-            return None
-        names = cast("list[tuple[str, str]]", decoded)
-    else:
-        names = [(kernel.decode(), problem.decode() if problem else "") for kernel, problem in raw]
-        if any(not kernel for kernel, _ in raw):  # `kernel: ""`: not what the writer writes
-            return None
+    # One pass, keeping only each block's names: no match object outlives its block, so the
+    # index costs a few hundred bytes per entry, at its peak too.
+    names: list[tuple[str, str]] = []
     groups: dict[tuple[str, str], list[int]] = {}
-    for i, name in enumerate(names):
+    kernels: dict[str, str] = {}
+    header_entries = 0
+    for i, start in enumerate(starts):
+        head = match(data, start)
+        if head is None:
+            return None
+        kernel_raw, problem_raw = head.group(1, 4)
+        if b"\\" in kernel_raw or (problem_raw and b"\\" in problem_raw) or not (
+                kernel_raw.isascii() and (not problem_raw or problem_raw.isascii())):
+            kernel_text, problem_text = _unescape(kernel_raw), _unescape(problem_raw or b"")
+            if not kernel_text or problem_text is None:
+                return None
+        else:
+            if not kernel_raw:  # `kernel: ""`: not what the writer writes
+                return None
+            kernel_text, problem_text = kernel_raw.decode(), (problem_raw or b"").decode()
+        name = (kernels.setdefault(kernel_text, kernel_text), problem_text)
+        names.append(name)
         group = groups.get(name)
         if group is None:
             groups[name] = [i]
         else:
             group.append(i)
-        if not name[1]:
-            end = heads[i].end()
+        header_entries += data.count(b"entries", start, head.end())
+        if not problem_text:
+            end = head.end()
             if data.find(b"problem", end, ends[i]) >= 0 and not _in_strings(
                     data, b"problem", [], end, ends[i]):
                 return None
-    if data.count(b"entries") != texts.count(b"entries") and not _in_strings(
-            data, b"entries", [m.span() for m in heads]):
+    if data.count(b"entries") != header_entries and not _in_strings(
+            data, b"entries", [m.span() for m in (match(data, start) for start in starts)
+                               if m is not None]):
         return None
     return _Index(starts, ends, groups, names)
+
+
+class _TooMany(Exception):
+    """A canonical text file has more blocks than MAX_FILE_ENTRIES."""
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -218,11 +239,13 @@ class LoadedFile:
     count: int
     data: bytes = b""
     index: _Index | None = None
+    binary: bool = False
     _keys: dict[int, CacheKey] = field(default_factory=dict)
 
     @property
     def indexed(self) -> bool:
-        """Whether entries are parsed on use from the text's blocks (a canonical text file)."""
+        """Whether entries are parsed on use from the file's bytes (a canonical text file, or a
+        well-formed binary one)."""
         return self.index is not None
 
     def __len__(self) -> int:
@@ -249,15 +272,22 @@ class LoadedFile:
         assert index is not None
         start, end = index.starts[i], index.ends[i]
         block = self.data[start:end]
-        check_text_budget(block, self.path)
         msg = pb.AutotuneResultsFile()
-        try:
-            text_format.Parse(block.decode("utf-8"), msg)
-        except (text_format.ParseError, UnicodeDecodeError) as e:
-            line = self.data.count(b"\n", 0, start)
-            detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
-            raise parse_error(self.path, detail, text=True,
-                              what="autotune results file") from e
+        if self.binary:
+            try:
+                msg.entries.add().MergeFromString(block)
+            except message.DecodeError as e:
+                raise parse_error(self.path, f"entry {i} (bytes {start}-{end}): {e}",
+                                  text=False, what="autotune results file") from e
+        else:
+            check_text_budget(block, self.path)
+            try:
+                text_format.Parse(block.decode("utf-8"), msg)
+            except (text_format.ParseError, UnicodeDecodeError) as e:
+                line = self.data.count(b"\n", 0, start)
+                detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
+                raise parse_error(self.path, detail, text=True,
+                                  what="autotune results file") from e
         entry = msg.entries[0] if len(msg.entries) == 1 else None
         if (entry is None or msg.version != 0
                 or (entry.key.kernel, entry.key.problem) != index.heads[i]):
@@ -309,9 +339,10 @@ class LoadedFile:
 
     def unparsed_bytes_of(self, kernel: str) -> int:
         """The bytes of text `items(kernel)` would still parse: the blocks of `kernel`'s
-        entries not parsed yet (0 for a binary or non-canonical file, parsed at load)."""
+        entries not parsed yet (0 for a binary file, whose entries parse in microseconds, and
+        for a non-canonical one, parsed at load)."""
         index = self.index
-        if index is None:
+        if index is None or self.binary:  # binary entries parse in microseconds
             return 0
         return sum(index.ends[i] - index.starts[i] for (k, _), group in self.groups.items()
                    if k == kernel for i in group if i not in self.entries)
@@ -325,25 +356,144 @@ def _parse_whole(path: Path, data: bytes) -> LoadedFile:
     if is_text_path(path):
         check_text_budget(data, path)
     entries = list(parse_results(data, path).entries)
+    _check_count(path, len(entries))
     groups: dict[tuple[str, str], list[int]] = {}
     for i, entry in enumerate(entries):
         groups.setdefault((entry.key.kernel, entry.key.problem), []).append(i)
     return LoadedFile(path, groups, dict(enumerate(entries)), len(entries))
 
 
+def _check_count(path: Path, count: int, *, at_least: bool = False) -> None:
+    if count > MAX_FILE_ENTRIES:
+        raise CorruptFileError(
+            f"{path}: has {'more than ' if at_least else ''}{count:,} entries, more than the "
+            f"{describe(MAX_FILE_ENTRIES, 'MAX_FILE_ENTRIES')} one results file may hold "
+            "(each costs memory whatever its size). Split it: give --load_autotune_results_from "
+            "several files (`autotune-cache merge` and `prune` write subsets).")
+
+
+def _check_sizes(path: Path, index: _Index) -> None:
+    for i, (start, end) in enumerate(zip(index.starts, index.ends, strict=True)):
+        if end - start > MAX_ENTRY_BYTES:
+            raise CorruptFileError(
+                f"{path}: entry {i} ({index.heads[i][0]}) is {end - start:,} bytes, more than "
+                f"the {describe(MAX_ENTRY_BYTES)} one entry may have; no tuner writes such an "
+                "entry, so the file is damaged or not ours. Regenerate it.")
+
+
+# Ways text format opens an `entries` field; their count bounds the entries of any text file
+# before it is parsed (a string holding one of them only makes the bound looser).
+_TEXT_OPENERS = (b"entries {", b"entries{", b"entries:", b"entries <", b"entries<")
+
+
+def _text_entries_at_least(data: bytes) -> int:
+    return sum(data.count(opener) for opener in _TEXT_OPENERS)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]  # IndexError past the end: the caller falls back to a full parse
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _binary_index(path: Path, data: bytes) -> _Index | None:
+    """The index of binary `data`: each top-level `entries` field's span and its key's kernel
+    and problem (the key parsed alone, merged as protobuf merges repeated `key` fields), or
+    None when the file is anything but `version: 1` and well-formed entries with keys, for a
+    full parse to name the problem. Raises CorruptFileError past MAX_FILE_ENTRIES."""
+    starts: list[int] = []
+    ends: list[int] = []
+    heads: list[tuple[str, str]] = []
+    groups: dict[tuple[str, str], list[int]] = {}
+    kernels: dict[str, str] = {}
+    version = 0
+    pos, size = 0, len(data)
+    try:
+        while pos < size:
+            tag, pos = _varint(data, pos)
+            if tag == 0x08:  # version, a varint
+                version, pos = _varint(data, pos)
+                continue
+            if tag != 0x12:  # anything but `entries`: a full parse says what it is
+                return None
+            length, pos = _varint(data, pos)
+            end = pos + length
+            if end > size:
+                return None
+            keys = []
+            inner = pos
+            while inner < end:  # the entry's own fields: collect `key` (1), skip the rest
+                inner_tag, inner = _varint(data, inner)
+                wire = inner_tag & 7
+                if wire == 0:
+                    _, inner = _varint(data, inner)
+                elif wire == 1:
+                    inner += 8
+                elif wire == 5:
+                    inner += 4
+                elif wire == 2:
+                    n, inner = _varint(data, inner)
+                    if inner_tag >> 3 == 1:
+                        keys.append(data[inner:inner + n])
+                    inner += n
+                else:
+                    return None
+            if inner != end or not keys:
+                return None
+            key = pb.Key.FromString(b"".join(keys))
+            if not key.kernel:
+                return None
+            kernel = kernels.setdefault(key.kernel, key.kernel)
+            head = (kernel, key.problem)
+            groups.setdefault(head, []).append(len(starts))
+            starts.append(pos)
+            ends.append(end)
+            heads.append(head)
+            if len(starts) > MAX_FILE_ENTRIES:
+                _check_count(path, len(starts), at_least=True)
+            pos = end
+    except (IndexError, ValueError, message.DecodeError):
+        return None
+    if version != FORMAT_VERSION:
+        return None
+    return _Index(starts, ends, groups, heads)
+
+
 def load_file(path: Path | str) -> LoadedFile:
-    """Load one results file (text or binary by its extension): a canonical text file is
-    indexed and its entries parsed on use; any other file is parsed whole."""
+    """Load one results file (text or binary by its extension): a canonical text file or a
+    well-formed binary file is indexed and its entries parsed on use; any other file is parsed
+    whole. A file with more than MAX_FILE_ENTRIES entries, or an indexed entry over
+    MAX_ENTRY_BYTES, is refused with a CorruptFileError naming it."""
     path = Path(path)
     text = is_text_path(path)
     data = read_results_file(path, budget=False)  # the escape budget: per parsed entry
     if text:
-        index = _index(data)
+        _check_count(path, _text_entries_at_least(data) if len(data) > MAX_FILE_ENTRIES * 8
+                     else 0, at_least=True)
+        try:
+            index = _index(data)
+        except _TooMany as e:
+            _check_count(path, e.args[0])
+            raise
         if index is not None:
+            _check_sizes(path, index)
             return LoadedFile(path, index.groups, {}, len(index.starts), data, index)
         if str(path) not in _hinted and data.strip():
             _hinted.add(str(path))
             log.info("autotune_cache: %s is not canonical text (hand-edited, or written by "
                      "another tool), so it is parsed whole; %s", path,
                      CONVERT_HINT.format(path=path))
+    elif data.strip():
+        index = _binary_index(path, data)
+        if index is not None:
+            _check_sizes(path, index)
+            return LoadedFile(path, index.groups, {}, len(index.starts), data, index,
+                              binary=True)
     return _parse_whole(path, data)
