@@ -63,6 +63,23 @@ class NotRedisError(Exception):
     """The server's reply is not what a Redis server answers to the command sent."""
 
 
+# What redis-py itself raises when a reply has a shape no Redis server sends (a number where a
+# pipeline expects a list, a string where its lock script returns a number): only ever caught
+# around calls into the client, where it means the endpoint does not speak Redis.
+_CONFUSED = (TypeError, ValueError, AttributeError, IndexError, KeyError)
+
+
+def _execute(pipe: Any, **options: Any) -> list[Any]:
+    """`pipe.execute(**options)`, with redis-py's confusion at a foreign reply named."""
+    try:
+        answers = pipe.execute(**options)
+    except _CONFUSED as e:
+        raise NotRedisError(f"{type(e).__name__} reading a pipeline's replies: {e}") from None
+    if not isinstance(answers, list):
+        raise NotRedisError(f"a pipeline answered {type(answers).__name__}, not a list")
+    return answers
+
+
 def _bounded_parser() -> type | None:
     """redis-py's RESP2 parser with each reply capped at MAX_REPLY_BYTES as it is received, or
     None when this redis-py lays its parser out differently (then only our own reads, not the
@@ -192,7 +209,7 @@ class RedisTier:
         for name in names:
             pipe.exists(name)
             pipe.strlen(name)
-        answers = pipe.execute(raise_on_error=False)
+        answers = _execute(pipe, raise_on_error=False)
         wanted: list[str] = []
         budget = MAX_REMOTE_MISS_BYTES
         for i, name in enumerate(names):
@@ -221,7 +238,7 @@ class RedisTier:
             pipe = self._client.pipeline(transaction=False)
             for name in wanted:
                 pipe.getrange(name, 0, MAX_VALUE_BYTES - 1)
-            for name, value in zip(wanted, pipe.execute(raise_on_error=False), strict=True):
+            for name, value in zip(wanted, _execute(pipe, raise_on_error=False), strict=True):
                 if isinstance(value, self._response_error):
                     warn_damaged(f"{self.origin} {name}", "it is not a string value",
                                  kind="remote")
@@ -259,7 +276,7 @@ class RedisTier:
             pipe = self._client.pipeline()
             pipe.set(name, entry.SerializeToString(deterministic=True))
             pipe.sadd(_problem_index(key), key.digest())
-            pipe.execute()
+            _execute(pipe)
         except self._errors as e:
             self._down(e)
 
@@ -273,7 +290,7 @@ class RedisTier:
             pipe = self._client.pipeline(transaction=False)
             pipe.scard(index)
             pipe.srandmember(index, MAX_REMOTE_INDEX_MEMBERS)
-            size, members = pipe.execute(raise_on_error=False)
+            size, members = _execute(pipe, raise_on_error=False)
             if isinstance(size, self._response_error):
                 warn_damaged(f"{self.origin} {index}", "this index is not a set (it is ignored)",
                              kind="remote index")
@@ -317,14 +334,14 @@ class RedisTier:
         name = f"{NAMESPACE}:lock:{key.digest()}"
         with contextlib.ExitStack() as stack:
             try:
-                held = stack.enter_context(
-                    renewed_lease(self._client, name, LOCK_LEASE_S, timeout, self._errors))
+                # Renewal and release swallow these too (lease.py): a foreign endpoint's
+                # replies confuse redis-py's lock, never this process.
+                held = stack.enter_context(renewed_lease(
+                    self._client, name, LOCK_LEASE_S, timeout, (*self._errors, *_CONFUSED)))
             except self._errors as e:
                 self._down(e)
                 held = False
-            except (TypeError, ValueError, AttributeError) as e:
-                # redis-py's lock met a reply no Redis server sends (e.g. a number where its
-                # script returns a string): the endpoint does not speak Redis.
+            except _CONFUSED as e:
                 self._down(NotRedisError(f"{type(e).__name__} in the lock's reply: {e}"))
                 held = False
             else:
