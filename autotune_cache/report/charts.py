@@ -56,9 +56,11 @@ def _plottable(time_ms: float | None) -> bool:
 
 @contextlib.contextmanager
 def _quiet_glyphs() -> Iterator[None]:
-    """Names are drawn as given; a character the font lacks shows as a box, not a warning."""
+    """Names are drawn as given: a character the font lacks shows as a box, and a name too
+    long for the layout is cut at the edge, without a warning on the user's terminal."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
+        warnings.filterwarnings("ignore", message="constrained_layout not applied")
         yield
 
 
