@@ -1,9 +1,15 @@
-"""Ship autotune_cache_all_kernels.pth at the top of site-packages, in wheels and editable installs.
+"""Ship autotune_cache_all_kernels.pth at the top of site-packages, in wheels and editable installs,
+and give the package index a description whose links work there.
 
-Everything else about the package is declared in pyproject.toml. The .pth file is the start-up
-hook of AUTOTUNE_FLAGS=--autotune_all_kernels (docs/triton.md, "Third-party kernels"): a file
-outside every package, which setuptools has no declarative way to install, so two commands are
-extended, as coverage.py does for its own .pth file:
+Everything else about the package is declared in pyproject.toml.
+
+The description is README.md. Its links into the repository (`[the cache](docs/cache.md)`) are
+dead on a package index, which has no repository to resolve them against, so they become the
+link text and the path (`the cache (docs/cache.md)`); docs/ ships in the sdist (MANIFEST.in).
+
+The .pth file is the start-up hook of AUTOTUNE_FLAGS=--autotune_all_kernels (docs/triton.md,
+"Third-party kernels"): a file outside every package, which setuptools has no declarative way to
+install, so two commands are extended, as coverage.py does for its own .pth file:
 
 * build_py copies it to the root of the build directory, which is the root of a regular wheel;
 * editable_wheel (PEP 660, `pip install -e`) adds it, with its RECORD line, to the editable wheel,
@@ -15,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -67,4 +74,17 @@ class EditableWheelWithPth(editable_wheel):
         add_to_wheel(wheels[-1], PTH_NAME, PTH_SOURCE.read_bytes())
 
 
-setup(cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth})
+RELATIVE_LINK = re.compile(r"\[([^\]]+)\]\((?!https?://|#)([^)\s]+)\)")
+
+
+def package_description(readme: str) -> str:
+    """README.md with every link into the repository written as `text (path)`."""
+    return RELATIVE_LINK.sub(lambda m: f"{m.group(1)} (`{m.group(2)}`)", readme)
+
+
+setup(
+    cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth},
+    long_description=package_description(
+        (Path(__file__).resolve().parent / "README.md").read_text(encoding="utf-8")),
+    long_description_content_type="text/markdown",
+)

@@ -1,5 +1,5 @@
 """Entry point for `python -m autotune_cache`."""
 
-from autotune_cache.cli import main
+from autotune_cache.cli import run
 
-raise SystemExit(main())
+run()

@@ -8,7 +8,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 
 from autotune_cache import env
@@ -26,8 +28,16 @@ from autotune_cache.formats import Keyed
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.stats import Stats
-from autotune_cache.tiers import DirectoryTier, Found, MemoryTier, Tier, build_tiers
+from autotune_cache.tiers import Found, MemoryTier, Tier, build_tiers
 from autotune_cache.tiers.memory import THIS_PROCESS
+from autotune_cache.tuning import (
+    Resolved,
+    Tune,
+    TuneJob,
+    build_entry,
+    recorded_timings,
+    reusable_timings,
+)
 from autotune_cache.validate import entry_problem, warn_damaged
 
 # add_listener's callback: (key, the hit or None, the strict-mode error or None).
@@ -68,7 +78,12 @@ def check_dump_sharding(settings: Settings) -> None:
 
 class Cache:
     """Looks results up across an ordered list of tiers (tiers/) and records new ones to every
-    writable tier; the tiers' order is the lookup order."""
+    writable tier; the tiers' order is the lookup order. `resolve` runs the whole tuning protocol
+    for a backend (lookup, lock, re-read, timing reuse, tuning, recording).
+
+    The cache makes its own first tier, this process's memory over the loaded files (`memory`):
+    it keeps every entry found in any tier there, with its origin. Otherwise it never asks which
+    kind a tier is."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
@@ -91,10 +106,8 @@ class Cache:
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
             self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
-        self.tiers: list[Tier] = build_tiers(self.settings)
-        memory = self.tiers[0]
-        assert isinstance(memory, MemoryTier)
-        self.memory = memory
+        self.memory = MemoryTier.from_files(self.settings.load_from)
+        self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 
     def add_listener(self, listener: LookupListener) -> None:
         """Call `listener(key, entry, error)` after every lookup: `entry` is the hit (None on a
@@ -107,13 +120,11 @@ class Cache:
         for listener in self._listeners:
             listener(key, entry, error)
 
-    @property
+    @cached_property
     def store(self) -> DirectoryStore | None:
         """The cache directory's store, when --autotune_cache_dir is set."""
-        for tier in self.tiers:
-            if isinstance(tier, DirectoryTier):
-                return tier.store
-        return None
+        cache_dir = self.settings.cache_dir
+        return DirectoryStore(cache_dir) if cache_dir else None
 
     def _shared(self) -> list[Tier]:
         return [t for t in self.tiers if t.shared]
@@ -240,6 +251,76 @@ class Cache:
         else:
             lines.append(f"Regenerate the cache by {self.dump_advice}.")
         return "\n".join(lines)
+
+    def loaded_entries(self, kernel: str, *, max_entries: int, max_unparsed_bytes: int
+                       ) -> list[tuple[CacheKey, pb.Entry]]:
+        """Every (key, entry) of `kernel` in the --load_autotune_results_from files, earlier
+        files first, parsed on the way; none when the files hold more than `max_entries` of
+        them or more than `max_unparsed_bytes` of their text is not parsed yet (reading them
+        would cost more than the caller saves). A damaged entry raises CorruptFileError."""
+        return self.memory.loaded_entries(kernel, max_entries=max_entries,
+                                          max_unparsed_bytes=max_unparsed_bytes)
+
+    # ----- the tuning protocol ---------------------------------------------------------------
+
+    def resolve(self, key: CacheKey, candidates: Sequence[pb.Config], tune: Tune, *,
+                timing_method: str, never_reuse: Collection[int] = ()) -> Resolved:
+        """The entry for `key`, from a tier, from a peer process, or tuned by `tune`.
+
+        `candidates` are the kernel's candidate configs as recorded: an entry whose winner is
+        not one of them is damaged (a miss). In order:
+        1. lookup(): a hit is returned; a miss is counted (stale or not), and under
+           require_complete raises MissingResultError naming the key and how to regenerate;
+        2. the key's cross-process lock (tune_lock; a peer tuning the key is waited for), and,
+           once held on a shared tier, refresh(): the peer's entry is returned;
+        3. the candidates whose timings were recorded under another candidate list of the same
+           source, device and toolchain, measured with `timing_method`, reuse them (never
+           those in `never_reuse`); `tune(job)` times the others (`job.todo`);
+        4. the winner (tuning.build_entry: the fastest among `Tuned.finalists` and the reused,
+           the earlier on a tie) is recorded in every writable tier and the dump, still under
+           the lock, and returned with its index.
+        The lock is released on every path; an exception from `tune` records nothing."""
+        candidates = tuple(candidates)
+        if not candidates:
+            raise ValueError(f"autotune_cache: resolve() for {key.describe()} got no candidate "
+                             "configs; pass at least one (the kernel's candidate list)")
+        self.stats.served(key.kernel)
+        entry = self.lookup(key, candidates)
+        if entry is not None:
+            return Resolved(entry)
+        # `shared`: the lock is held on the cache directory or the remote server, so a peer that
+        # held it before may have recorded the key; refresh() re-reads those tiers.
+        with self.tune_lock(key) as shared:
+            entry = self.refresh(key, candidates) if shared else None
+            if entry is not None:
+                return Resolved(entry)
+            return self._tune(key, candidates, tune, timing_method, never_reuse)
+
+    def _tune(self, key: CacheKey, candidates: tuple[pb.Config, ...], tune: Tune,
+              timing_method: str, never_reuse: Collection[int]) -> Resolved:
+        """Steps 3 and 4 of resolve()."""
+        started = time.perf_counter()
+        reused = reusable_timings(
+            candidates, recorded_timings(self.same_source(key), timing_method), never_reuse)
+        job = TuneJob(key, candidates,
+                      tuple(i for i in range(len(candidates)) if i not in reused), reused)
+        tuned = tune(job)
+        if sorted(tuned.timings) != list(job.todo):
+            raise ValueError(
+                f"autotune_cache: the tune callback for {key.describe()} must return a Timing "
+                f"for exactly the candidates of job.todo {list(job.todo)} (a failed one with its "
+                f"`failure`), but returned them for {sorted(tuned.timings)}")
+        timings = []
+        for i, config in enumerate(candidates):
+            timing = tuned.timings[i] if i in tuned.timings else reused[i]
+            timing.config.CopyFrom(config)
+            timings.append(timing)
+        eligible = None if tuned.finalists is None else {*tuned.finalists, *reused}
+        entry, best = build_entry(key, timings, timing_method, time.perf_counter() - started,
+                                  eligible)
+        entry.result.triton_specialization = tuned.specializations.get(best, "")
+        self.record(entry, benchmarks=tuned.benchmarks, key=key)
+        return Resolved(entry, best)
 
     # ----- recording -----------------------------------------------------------------------
 

@@ -1,21 +1,29 @@
-"""The `autotune-cache` command line: inspect, convert, merge, diff, prune and verify caches."""
+"""The `autotune-cache` command line: inspect, convert, merge, diff, prune, verify and report.
+
+Every verb prints for people by default and, with `--json`, one JSON object on stdout for
+scripts (`{"command": VERB, "exit": STATUS, ...}`; notes still go to stderr). Exit statuses are
+the same for every verb (EXIT_STATUSES, documented in docs/reference.md#cli-autotune-cache).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from autotune_cache import __version__
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import RESULTS_EXTENSIONS, TEXT_EXTENSIONS
 from autotune_cache.resultsets.base import (
     CONFLICT_POLICIES,
+    Row,
     apply_prune,
     diff_rows,
     is_directory_path,
@@ -24,6 +32,47 @@ from autotune_cache.resultsets.base import (
     superseded_ids,
 )
 from autotune_cache.resultsets.registry import load_any
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `cat` reports when `| head` stops reading
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_STATUSES = {
+    EXIT_OK: "success: nothing to report, or the check passed",
+    EXIT_CHECK_FAILED: "the check failed: `diff` found differences, `verify` or `inspect` found "
+                       "damaged entries, `merge` found conflicts, `convert` skipped damaged "
+                       "entries",
+    EXIT_BAD_INPUT: "bad input: a wrong option, or a path that is missing, unreadable or not a "
+                    "results file; nothing was written",
+    EXIT_BROKEN_PIPE: "the reader of stdout went away (`| head`); quietly, without a traceback",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); files are written whole or not at all",
+}
+
+
+class Out:
+    """Where a verb reports: lines for people, or fields of one JSON object with `--json`."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.fields: dict[str, Any] = {}
+
+    def line(self, text: str) -> None:
+        """A line of the human report (dropped under --json, where the fields say it)."""
+        if not self.as_json:
+            print(text)
+
+    def note(self, text: str) -> None:
+        """A note for people, on stderr in both modes."""
+        print(text, file=sys.stderr)
+
+    def set(self, **fields: Any) -> None:
+        self.fields.update(fields)
+
+    def finish(self, command: str, status: int) -> None:
+        if self.as_json:
+            print(json.dumps({"command": command, "exit": status, **self.fields}, indent=2,
+                             sort_keys=True))
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -36,46 +85,48 @@ def _fmt_time(t: float | None) -> str:
     return "-" if t is None else f"{t:.4g}"
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    report = []
+def _row_json(row: Row, **extra: Any) -> dict[str, Any]:
+    return {**{k: v for k, v in row.__dict__.items() if k != "payload"}, **extra}
+
+
+def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
+    files = []
+    damaged = False
     for path in args.paths:
         rs = load_any(path)
         rows = rs.rows()
         old = superseded_ids(rows)
         by_device = Counter(r.device for r in rows)
         by_toolchain = Counter(r.toolchain for r in rows)
-        report.append((path, rs, rows, by_device, by_toolchain, old))
-    if args.json:
-        out = [{
+        problems = rs.problems()
+        damaged |= bool(problems)
+        files.append({
             "path": str(path), "format": rs.format_name,
-            "entries": [{**{k: v for k, v in r.__dict__.items() if k != "payload"},
-                         "live": r.id not in old} for r in rows],
+            "entries": [_row_json(r, live=r.id not in old) for r in rows],
             "per_device": dict(by_device), "per_toolchain": dict(by_toolchain),
-            "problems": rs.problems(),
-        } for path, rs, rows, by_device, by_toolchain, old in report]
-        print(json.dumps(out, indent=2, sort_keys=True))
-        return 1 if any(rs.problems() for _, rs, *_ in report) else 0
-    for path, rs, rows, by_device, by_toolchain, old in report:
-        print(f"{path} ({rs.format_name}): {len(rows)} entries")
+            "problems": problems,
+        })
+        out.line(f"{path} ({rs.format_name}): {len(rows)} entries")
         if rows:
             table = [["KERNEL", "PROBLEM", "DEVICE", "TOOLCHAIN", "CONFIG", "TIME_MS", "LIVE"]]
             table += [[r.kernel, r.problem, r.device, r.toolchain, r.config, _fmt_time(r.time_ms),
                        "superseded" if r.id in old else "live"] for r in rows]
-            print(_table(table))
+            out.line(_table(table))
         if old:
-            print(f"{len(old)} entries are superseded by newer ones for the same kernel, problem, "
-                  f"device and toolchain; drop them with: autotune-cache prune --superseded "
-                  f"{path}")
+            out.line(f"{len(old)} entries are superseded by newer ones for the same kernel, "
+                     f"problem, device and toolchain; drop them with: autotune-cache prune "
+                     f"--superseded {path}")
         for title, counts in (("device", by_device), ("toolchain", by_toolchain)):
-            print(f"per {title}:")
+            out.line(f"per {title}:")
             for name, n in sorted(counts.items()):
-                print(f"  {n:5d}  {name or '(none)'}")
-        for problem in rs.problems():
-            print(f"DAMAGED: {problem}")
-    return 1 if any(rs.problems() for _, rs, *_ in report) else 0
+                out.line(f"  {n:5d}  {name or '(none)'}")
+        for problem in problems:
+            out.line(f"DAMAGED: {problem}")
+    out.set(files=files)
+    return EXIT_CHECK_FAILED if damaged else EXIT_OK
 
 
-def cmd_convert(args: argparse.Namespace) -> int:
+def cmd_convert(args: argparse.Namespace, out: Out) -> int:
     suffix = args.dst.suffix.lower()
     if not is_directory_path(args.dst) and suffix not in RESULTS_EXTENSIONS:
         raise AutotuneCacheError(
@@ -85,37 +136,43 @@ def cmd_convert(args: argparse.Namespace) -> int:
     rs = load_any(args.src)
     problems = rs.problems()
     for problem in problems:
-        print(f"convert: skipped damaged: {problem}", file=sys.stderr)
+        out.note(f"convert: skipped damaged: {problem}")
     into_dir = is_directory_path(args.dst)
     before: set[str] = set()
     if into_dir and args.dst.is_dir() and any(args.dst.iterdir()):
         before = {r.id for r in load_any(args.dst).rows()}
     rs.save(args.dst)
     kind = "directory" if into_dir else "file"
-    print(f"wrote {len(rs.rows())} entries from {args.src} to {kind} {args.dst}")
+    written = len(rs.rows())
+    replaced = len(before & {r.id for r in rs.rows()})
+    out.set(source=str(args.src), destination=str(args.dst), kind=kind, written=written,
+            already_there=len(before), replaced=replaced, skipped_damaged=problems)
+    out.line(f"wrote {written} entries from {args.src} to {kind} {args.dst}")
     if before:
-        replaced = len(before & {r.id for r in rs.rows()})
-        print(f"convert: {args.dst} already held {len(before)} entries; the converted entries "
-              f"were added to them ({replaced} replaced)", file=sys.stderr)
+        out.note(f"convert: {args.dst} already held {len(before)} entries; the converted entries "
+                 f"were added to them ({replaced} replaced)")
     if problems:
-        print(f"convert: {len(problems)} damaged entries of {args.src} were not converted "
-              "(see above)", file=sys.stderr)
-        return 1
-    return 0
+        out.note(f"convert: {len(problems)} damaged entries of {args.src} were not converted "
+                 "(see above)")
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
+def cmd_merge(args: argparse.Namespace, out: Out) -> int:
     outcome = merge_sets([(p, load_any(p)) for p in args.srcs], args.on_conflict)
+    out.set(sources=[str(p) for p in args.srcs], output=str(args.output),
+            conflicts=outcome.conflicts)
     if outcome.conflicts:
-        print("merge: conflicting entries (use --on-conflict=newest or fastest):", file=sys.stderr)
-        print("\n".join(outcome.conflicts), file=sys.stderr)
-        return 1
+        out.note("merge: conflicting entries (use --on-conflict=newest or fastest):")
+        out.note("\n".join(outcome.conflicts))
+        return EXIT_CHECK_FAILED
     outcome.result.save(args.output)
-    print(f"wrote {outcome.count} entries to {args.output}")
-    return 0
+    out.set(written=outcome.count)
+    out.line(f"wrote {outcome.count} entries to {args.output}")
+    return EXIT_OK
 
 
-def cmd_diff(args: argparse.Namespace) -> int:
+def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     set_a, set_b = load_any(args.a), load_any(args.b)
     if set_a.format_name != set_b.format_name:
         raise AutotuneCacheError(
@@ -127,14 +184,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     old = {r.id: r for r in a}
     for sign, rows in (("+", added), ("-", removed)):
         for r in rows:
-            print(f"{sign} {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): {r.config}")
+            out.line(f"{sign} {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): {r.config}")
     for r in changed:
         o = old[r.id]
         what = (f"config {o.config} -> {r.config}" if o.config != r.config
                 else f"timing {_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms")
-        print(f"~ {r.kernel} [{r.problem}] on {r.device}: {what}")
-    print(f"{len(added)} added, {len(removed)} removed, {len(changed)} changed")
-    return 1 if added or removed or changed else 0
+        out.line(f"~ {r.kernel} [{r.problem}] on {r.device}: {what}")
+    out.line(f"{len(added)} added, {len(removed)} removed, {len(changed)} changed")
+    out.set(a=str(args.a), b=str(args.b), added=[_row_json(r) for r in added],
+            removed=[_row_json(r) for r in removed],
+            changed=[{"before": _row_json(old[r.id]), "after": _row_json(r)} for r in changed])
+    return EXIT_CHECK_FAILED if added or removed or changed else EXIT_OK
 
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -149,78 +209,113 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
+def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     if not (args.keep_device or args.keep_toolchain or args.older_than is not None
             or args.superseded):
-        print("prune: nothing to prune by; only removing leftover temp, lock and damaged files",
-              file=sys.stderr)
+        out.note("prune: nothing to prune by; only removing leftover temp, lock and damaged "
+                 "files")
     rs = load_any(args.path)
     plan = prune_plan(rs.rows(), keep_device=args.keep_device,
                       keep_toolchain=args.keep_toolchain, older_than=args.older_than,
                       now=time.time(), superseded=args.superseded)
     verb = "would remove" if args.dry_run else "removed"
     for row, reasons in plan.drop:
-        print(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
+        out.line(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
     if plan.unknown_device:
-        print(f"prune: kept {plan.unknown_device} entries whose device is not recorded in "
-              f"{args.path}; --keep-device cannot judge them", file=sys.stderr)
+        out.note(f"prune: kept {plan.unknown_device} entries whose device is not recorded in "
+                 f"{args.path}; --keep-device cannot judge them")
     temps = rs.leftovers() if args.path.is_dir() else []
+    kept_locks: list[str] = []
     for t in temps:
-        print(f"{verb} leftover file {t}")
+        out.line(f"{verb} leftover file {t}")
     if not args.dry_run:
         for held in apply_prune(rs, args.path, plan, temps):  # a running tuning holds it
-            print(f"kept lock file {held}: a running process holds it")
+            out.line(f"kept lock file {held}: a running process holds it")
             temps.remove(held)
-    print(f"{verb} {len(plan.drop)} entries and {len(temps)} leftover files (temp, lock, "
-          f"damaged); {len(plan.keep)} entries kept")
-    return 0
+            kept_locks.append(str(held))
+    out.line(f"{verb} {len(plan.drop)} entries and {len(temps)} leftover files (temp, lock, "
+             f"damaged); {len(plan.keep)} entries kept")
+    out.set(path=str(args.path), dry_run=args.dry_run,
+            dropped=[_row_json(r, reasons=reasons) for r, reasons in plan.drop],
+            leftover_files=[str(t) for t in temps], kept=len(plan.keep),
+            kept_without_device=plan.unknown_device, kept_held_locks=kept_locks)
+    return EXIT_OK
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    bad = 0
+def cmd_verify(args: argparse.Namespace, out: Out) -> int:
+    results = []
     for path in args.paths:
         try:
             rs = load_any(path)
         except (AutotuneCacheError, OSError) as e:
-            print(f"FAIL {path}: {e}")
-            bad += 1
+            out.line(f"FAIL {path}: {e}")
+            results.append({"path": str(path), "ok": False, "error": str(e)})
             continue
         problems = rs.problems()
         for p in problems:
-            print(f"FAIL {p}")
-        bad += bool(problems)
+            out.line(f"FAIL {p}")
         status = "FAIL" if problems else "ok"
-        print(f"{status} {path}: {rs.format_name}, {len(rs.rows())} entries")
-    return 1 if bad else 0
+        out.line(f"{status} {path}: {rs.format_name}, {len(rs.rows())} entries")
+        results.append({"path": str(path), "ok": not problems, "format": rs.format_name,
+                        "entries": len(rs.rows()), "problems": problems})
+    out.set(files=results)
+    return EXIT_CHECK_FAILED if not all(r["ok"] for r in results) else EXIT_OK
+
+
+Verb = Callable[[argparse.Namespace, Out], int]
+
+
+def add_verb(sub: argparse._SubParsersAction, name: str, func: Verb, help_text: str,
+             example: str) -> argparse.ArgumentParser:
+    """A subcommand with its one-line help, an example in its --help, and --json."""
+    s = sub.add_parser(name, help=help_text, description=help_text + ".",
+                       epilog=f"example:\n  {example}\n\n{_exit_help()}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--json", action="store_true",
+                   help='one JSON object on stdout: {"command", "exit", ...}')
+    s.set_defaults(func=func)
+    return s
+
+
+AddVerb = Callable[[argparse._SubParsersAction, str, Verb, str, str], argparse.ArgumentParser]
+
+
+def _exit_help() -> str:
+    return "exit status:\n" + "\n".join(f"  {code:3d}  {meaning}"
+                                         for code, meaning in EXIT_STATUSES.items())
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="autotune-cache",
         description="Inspect and maintain autotune results files and cache directories "
-                    "(autotune_cache's own and XLA's).",
+                    "(autotune_cache's own and XLA's). `autotune-cache VERB --help` shows an "
+                    "example for each verb.",
+        epilog=_exit_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("inspect", help="table of entries with per-device/toolchain counts")
+    s = add_verb(sub, "inspect", cmd_inspect, "table of entries with per-device/toolchain counts",
+                 "autotune-cache inspect kernels/matmul_test.autotune.textproto")
     s.add_argument("paths", nargs="+", type=Path)
-    s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.set_defaults(func=cmd_inspect)
-    s = sub.add_parser("convert", help="between text file, binary file and cache directory")
+    s = add_verb(sub, "convert", cmd_convert,
+                 "convert between text file, binary file and cache directory",
+                 "autotune-cache convert matmul.autotune.textproto matmul_cache_dir/")
     s.add_argument("src", type=Path)
-    s.add_argument("dst", type=Path, help="text by extension (.textproto…), directory if no "
-                   "extension or trailing /, else binary")
-    s.set_defaults(func=cmd_convert)
-    s = sub.add_parser("merge", help="merge several files or directories of one format")
+    s.add_argument("dst", type=Path, help="text by extension (.textproto…), binary by .pb or "
+                   ".binpb, a directory without an extension or with a trailing /")
+    s = add_verb(sub, "merge", cmd_merge, "merge several files or directories of one format",
+                 "autotune-cache merge shard1.textproto shard2.textproto -o all.textproto")
     s.add_argument("srcs", nargs="+", type=Path)
     s.add_argument("-o", "--output", type=Path, required=True)
     s.add_argument("--on-conflict", choices=CONFLICT_POLICIES, default="error")
-    s.set_defaults(func=cmd_merge)
-    s = sub.add_parser("diff", help="added/removed/changed entries; exit 1 when they differ")
+    s = add_verb(sub, "diff", cmd_diff, "added/removed/changed entries; exit 1 when they differ",
+                 "autotune-cache diff old.autotune.textproto new.autotune.textproto")
     s.add_argument("a", type=Path)
     s.add_argument("b", type=Path)
-    s.set_defaults(func=cmd_diff)
-    s = sub.add_parser("prune", help="drop entries by device/toolchain/age; remove leftover files")
+    s = add_verb(sub, "prune", cmd_prune,
+                 "drop entries by device/toolchain/age/superseded; remove leftover files",
+                 "autotune-cache prune cache.textproto --keep-device=H200 --dry-run")
     s.add_argument("path", type=Path)
     s.add_argument("--keep-device", action="append", default=[],
                    help="keep entries whose device contains this text (repeatable)")
@@ -231,24 +326,49 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--superseded", action="store_true", help="drop entries superseded by a newer "
                    "one for the same kernel, problem, device and toolchain (inspect marks them)")
     s.add_argument("--dry-run", action="store_true")
-    s.set_defaults(func=cmd_prune)
-    s = sub.add_parser("verify", help="parse, check versions, report damaged files")
+    s = add_verb(sub, "verify", cmd_verify, "parse, check versions, report damaged files",
+                 "autotune-cache verify kernels/*.autotune.textproto")
     s.add_argument("paths", nargs="+", type=Path)
-    s.set_defaults(func=cmd_verify)
     from autotune_cache.report.cli import add_report_parser  # matplotlib is imported only on use
 
-    add_report_parser(sub)
+    add_report_parser(sub, add_verb)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (EXIT_STATUSES)."""
     args = build_parser().parse_args(argv)
+    out = Out(args.json)
     try:
-        return args.func(args)
-    except AutotuneCacheError as e:
+        status = args.func(args, out)
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except (AutotuneCacheError, OSError) as e:
         print(f"autotune-cache {args.command}: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"autotune-cache {args.command}: {e}", file=sys.stderr)
-        return 2
+        out.fields = {"error": str(e)}
+        status = EXIT_BAD_INPUT
+    try:
+        out.finish(args.command, status)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    return status
+
+
+def _quiet_broken_pipe() -> int:
+    """`| head` closed stdout: point stdout at /dev/null so the interpreter's final flush does
+    not print a second error, and say nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def run() -> None:
+    """The console script: main(), with `| head` and Ctrl-C ending quietly."""
+    try:
+        status = main()
+    except BrokenPipeError:
+        status = _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    sys.exit(status)

@@ -1,12 +1,12 @@
 """The per-kernel cache directory: one self-describing file per entry, shared by processes.
 
-Decision (issue 11): the directory is shared, so every path in it may have been planted by another
-account. Entries are read with safeio (regular files only, never blocking, never through a
-symlink, at most MAX_ENTRY_BYTES) and checked with validate.entry_problem; the tuning locks live in
-a lock directory locking.trusted_lock_dir accepts; and the store only ever lists, reads or deletes
-files named as it names them (`<16 hex>-<64 hex>.textproto`, `.tmp-<that>.<pid>.<hex>`,
-`.locks*/<64 hex>.lock`): anything else in the directory (a committed results file, a README) is
-not its business.
+Every path in the directory may have been planted by another account. Entries are read with
+safeio (regular files only, never blocking, never through a symlink, at most MAX_ENTRY_BYTES) and
+checked with validate.entry_problem; the tuning locks live in a lock directory
+locking.trusted_lock_dir accepts; and the store only ever lists, reads or deletes files named as
+it names them (`<16 hex>-<64 hex>.textproto`, `.tmp-<that>.<pid>.<hex>`, `.locks*/<64 hex>.lock`):
+anything else in the directory (a committed results file, a README) is left alone.
+(docs/decisions/0003-shared-cache-directory.md)
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The one place the library reads its environment, in the spirit of Triton's `knobs`.
 
-Decision: every environment variable the library reacts to is read here, by name, when it is
-needed (never copied at import time), so `monkeypatch.setenv` keeps working and nothing is fixed
-before a test can set it. Tests that want a whole environment of their own use `use(mapping)`.
-Besides this module only `flags` (AUTOTUNE_FLAGS and its path prefixes, given a mapping from
-here) and the Bazel-facing entry points (rules/private/test_main.py,
-autotune_cache/xla/jax_test_helper.py) touch the environment.
-
-Variables (the table in docs/architecture.md):
-- AUTOTUNE_FLAGS (flags): the flag string, as XLA_FLAGS. Outside the package's modules,
-  autotune_cache_all_kernels.pth tests it for `autotune_all_kernels` at interpreter start-up, before
-  anything is imported (then triton.routing.startup parses it through flags).
-- RULES_AUTOTUNE_MACRO_FLAGS (flags): the flags autotuned_py_test gives its targets, kept apart
-  from AUTOTUNE_FLAGS so that `bazel test --test_env=AUTOTUNE_FLAGS=...` adds to them instead of
-  replacing them; both apply (flags.flags_text).
-- AUTOTUNE_REGEN_HINT (cache messages): the regen command the Bazel macro sets.
-- AUTOTUNE_PROGRESS (triton.progress): 1/true/yes/on always, 0/false/no/off never.
-- AUTOTUNE_BENCH_LOCK_DIR (triton.benchlock): where the device benchmarking locks live.
-- AUTOTUNE_DUMP_RUN (dumpfile): set by the process that starts a dump run, inherited by the
-  processes it starts, so that they add to that run's dump instead of starting their own.
-- TRITON_PRINT_AUTOTUNING (triton.progress): Triton's switch; 1 means progress always.
-- TRITON_INTERPRET (triton.device): the CPU interpreter, for Triton releases without knobs.
-- TRITON_CACHE_DIR, TEST_TMPDIR (triton.sandbox): Triton's compile cache inside Bazel tests.
-- TEST_TOTAL_SHARDS (cache): a dump refuses to run sharded.
-- TEST_UNDECLARED_OUTPUTS_DIR (stats, flags): autotune_report.json; the path prefix.
-- TEST_SRCDIR, TEST_WORKSPACE (flags): the TEST_WORKSPACE/ path prefix.
+Every environment variable the library reacts to is listed in `VARIABLES` (from which
+docs/reference.md's table is generated) and read here, by name, when it is needed, never copied at
+import time: `monkeypatch.setenv` works, and `use(mapping)` swaps in a whole environment. Besides
+this module only `flags` (given a mapping from here) and the Bazel-facing entry points
+(rules/private/rules_autotune_test_wrapper.py, autotune_cache/xla/jax_test_helper.py) read the
+environment; tests/core/test_layering.py checks it.
 """
 
 from __future__ import annotations
@@ -32,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotune_cache.errors import FlagError
@@ -48,6 +30,57 @@ TRITON_CACHE_DIR = "TRITON_CACHE_DIR"
 TEST_TMPDIR = "TEST_TMPDIR"
 TEST_TOTAL_SHARDS = "TEST_TOTAL_SHARDS"
 TEST_UNDECLARED_OUTPUTS_DIR = "TEST_UNDECLARED_OUTPUTS_DIR"
+TEST_SRCDIR = "TEST_SRCDIR"
+TEST_WORKSPACE = "TEST_WORKSPACE"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: who sets it, which modules read it, what it means (markdown,
+    links relative to docs/). tools/gen_reference.py writes docs/reference.md's table from these."""
+
+    name: str
+    set_by: str
+    read_by: str
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(AUTOTUNE_FLAGS, "you", "flags; `autotune_cache_all_kernels.pth`",
+             "space-separated flags, like `XLA_FLAGS` ([the table above](#flags)); the `.pth` "
+             "start-up hook only tests it for `--autotune_all_kernels` before importing anything"),
+    Variable(RULES_AUTOTUNE_MACRO_FLAGS, "the Bazel macro", "flags",
+             "the macro's flags (committed cache, require-complete or dump, your `env` flags); "
+             "they apply after `AUTOTUNE_FLAGS`, so `--test_env=AUTOTUNE_FLAGS=…` adds to them, "
+             "and a flag both set differently is an error naming both "
+             "([bazel.md](bazel.md#flags-exactly))"),
+    Variable(AUTOTUNE_REGEN_HINT, "the Bazel macro", "cache",
+             "the command a missing or stale result's message tells you to run "
+             "(`bazel run //pkg:t.regen`)"),
+    Variable(AUTOTUNE_PROGRESS, "you", "triton.progress",
+             "`1`/`true`/`yes`/`on` always print tuning progress lines on stderr, "
+             "`0`/`false`/`no`/`off` never (default: only for long tunings)"),
+    Variable(AUTOTUNE_BENCH_LOCK_DIR, "you", "triton.benchlock",
+             "where the per-GPU benchmarking locks live"),
+    Variable(AUTOTUNE_DUMP_RUN, "autotune_cache (a dump run's first process)", "dumpfile",
+             "the run directory that the processes a dumping process starts add their entries "
+             "to, instead of starting dumps of their own"),
+    Variable(TRITON_PRINT_AUTOTUNING, "you", "triton.progress",
+             "Triton's own switch; `1` means progress always"),
+    Variable(TRITON_INTERPRET, "you", "triton.device",
+             "Triton's CPU interpreter (read here only for Triton releases without `knobs`); "
+             "the device becomes `cpu-interpreter / interpreter`"),
+    Variable(TRITON_CACHE_DIR, "you, or autotune_cache in Bazel tests", "triton.sandbox",
+             "Triton's compile cache; set to `$TEST_TMPDIR/triton_cache` in Bazel tests when "
+             "unset"),
+    Variable(TEST_TOTAL_SHARDS, "Bazel", "cache", "a dump refuses to run in more than one shard"),
+    Variable(TEST_UNDECLARED_OUTPUTS_DIR, "Bazel", "stats, flags",
+             "where `autotune_report.json` goes; the `TEST_UNDECLARED_OUTPUTS_DIR/` path prefix"),
+    Variable(TEST_SRCDIR, "Bazel", "flags", "with `TEST_WORKSPACE`, the `TEST_WORKSPACE/` path "
+             "prefix (`TEST_WORKSPACE/x` is `$TEST_SRCDIR/$TEST_WORKSPACE/x`)"),
+    Variable(TEST_WORKSPACE, "Bazel", "flags", "see `TEST_SRCDIR`"),
+    Variable(TEST_TMPDIR, "Bazel", "triton.sandbox", "where the sandboxed Triton cache goes"),
+)
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})

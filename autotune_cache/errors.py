@@ -38,3 +38,7 @@ class DumpShardingError(AutotuneCacheError):
 class LockError(AutotuneCacheError, OSError):
     """A cross-process lock cannot be taken safely (a planted link, an untrusted or unwritable
     lock directory, a vulnerable filelock); callers tune without it and say so."""
+
+
+class AllConfigsFailedError(AutotuneCacheError, RuntimeError):
+    """Every candidate config failed to compile or run, so there is no winner to record."""

@@ -158,40 +158,85 @@ def _need(flag: str, value: str | None) -> str:
 
 @dataclass(frozen=True)
 class _Flag:
+    """One AUTOTUNE_FLAGS flag. `help` ("VALUE  short text") is listed in error messages; `doc`
+    and `example` are its row in docs/reference.md, which tools/gen_reference.py generates from
+    this table (links in `doc` are relative to docs/)."""
+
     name: str
     field: str
     help: str
     parse: Callable[[str, str | None, Mapping[str, str]], object]
+    example: str
+    doc: str
+
+    @property
+    def syntax(self) -> str:
+        """`--name=VALUE`, or `--name[=true|false]` for a switch."""
+        value = self.help.split("  ", 1)[0]
+        return f"--{self.name}{value}" if value.startswith("[") else f"--{self.name}={value}"
 
 
 FLAGS: tuple[_Flag, ...] = (
     _Flag("autotune_cache_dir", "cache_dir", "DIR  per-kernel cache directory",
-          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
+          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True),
+          "--autotune_cache_dir=$HOME/.cache/autotune",
+          "per-kernel cache directory: one self-describing file per entry, shared safely by "
+          "concurrent processes; created when missing ([cache.md](cache.md))"),
     _Flag("autotune_cache_mode", "cache_mode", "update|read  read never writes the directory",
-          lambda f, v, env: _need(f, v)),
+          lambda f, v, env: _need(f, v),
+          "--autotune_cache_mode=read",
+          "`read` never writes the directory or the remote tier (default `update`)"),
     _Flag("load_autotune_results_from", "load_from", "PATH[,PATH...]  results files to load",
           lambda f, v, env: tuple(
-              resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(","))),
+              resolve_path(p, f, env, create_parent=False) for p in _need(f, v).split(",")),
+          "--load_autotune_results_from=a.textproto,b.pb",
+          "results files to load; on a key in several files the last file wins (the flag may "
+          "be repeated: every file is loaded)"),
     _Flag("dump_autotune_results_to", "dump_to", "PATH  write every entry used or produced",
-          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True)),
+          lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True),
+          "--dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
+          "write exactly the entries this run (this process and the processes it starts) used "
+          "or tuned, atomically, after each new result and at exit (an empty dump is still "
+          "written); entries the file held before are dropped "
+          "([cache.md](cache.md#the-dump))"),
     _Flag("autotune_dump_merge", "dump_merge",
           "[=true|false]  the dump keeps the entries its file held before this run",
-          lambda f, v, env: _parse_bool(f, v)),
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_dump_merge",
+          "the dump also keeps the entries its file held before the run (incremental dumps; "
+          "the run's entry wins on a key)"),
     _Flag("require_complete_autotune_results", "require_complete",
           "[=true|false]  a miss is an error instead of a re-tune",
-          lambda f, v, env: _parse_bool(f, v)),
+          lambda f, v, env: _parse_bool(f, v),
+          "--require_complete_autotune_results",
+          "a miss raises `MissingResultError` naming the key, the stale entries and the regen "
+          "command, instead of tuning ([staleness.md](staleness.md))"),
     _Flag("autotune_remote_cache", "remote_cache",
           "redis://HOST:PORT[/DB]  shared remote tier on a Redis server",
-          lambda f, v, env: _redis_url(f, _need(f, v))),
+          lambda f, v, env: _redis_url(f, _need(f, v)),
+          "--autotune_remote_cache=redis://cache.ci:6379/2",
+          "a shared tier on a Redis server, for fleets of CI machines (`rediss://` for TLS, "
+          "`unix:///path` for a socket); any Redis error warns once and the process goes on "
+          "without it"),
     _Flag("autotune_remote_compile_cache", "remote_compile_cache",
           "[=true|false]  share Triton's compiled kernels on the --autotune_remote_cache server",
-          lambda f, v, env: _parse_bool(f, v)),
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_remote_compile_cache",
+          "also share Triton's compiled kernels on the `--autotune_remote_cache` server, so a "
+          "fleet compiles each winner once; needs `--autotune_remote_cache` "
+          "([triton.md](triton.md))"),
     _Flag("autotune_compile_workers", "compile_workers",
           "N  parallel compile workers (default: CPU count)",
-          lambda f, v, env: _parse_int(f, v)),
+          lambda f, v, env: _parse_int(f, v),
+          "--autotune_compile_workers=8",
+          "threads compiling candidate configs in parallel (default: CPU count)"),
     _Flag("autotune_all_kernels", "all_kernels",
           "[=true|false]  route every triton.autotune through the cache (docs/triton.md)",
-          lambda f, v, env: _parse_bool(f, v)),
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_all_kernels",
+          "route every `triton.autotune` (third-party libraries' kernels) through the cache, "
+          "from interpreter start-up, via the installed `autotune_cache_all_kernels.pth` "
+          "([triton.md](triton.md#third-party-kernels-install-and---autotune_all_kernels))"),
 )
 _BY_NAME = {f.name: f for f in FLAGS}
 assert {f.field for f in FLAGS} == {f.name for f in fields(Settings)}
@@ -200,8 +245,7 @@ assert {f.field for f in FLAGS} == {f.name for f in fields(Settings)}
 def valid_flags_text() -> str:
     """The list of valid flags, for error messages."""
     lines = [f"Valid {ENV_VAR} flags:"]
-    lines += [f"  --{f.name}={f.help}" if "[" not in f.help[:1] else f"  --{f.name}{f.help}"
-              for f in FLAGS]
+    lines += [f"  {f.syntax}  {f.help.split('  ', 1)[1]}" for f in FLAGS]
     return "\n".join(lines)
 
 

@@ -1,4 +1,13 @@
-"""The cache key: what a tuned result depends on, in a canonical, hashable form."""
+"""The cache key: what a tuned result depends on, in a canonical, hashable form.
+
+Every key carries the key scheme it was computed with (`KEY_SCHEME`, like XLA's
+`kCurrentVersion`): the recipe of its digest, of `canonical_problem`, and of the fingerprints
+the backends put in it (`triton/fingerprint.py`, `triton/configs.configs_fingerprint`). A change
+to any of them bumps `KEY_SCHEME`, and an entry of another scheme is then reported as exactly
+that ("written with key scheme N, this autotune_cache computes scheme M"), never as an edited
+kernel. Scheme 1 is the scheme of every key written before schemes were recorded: its keys
+store no `key_scheme` field and keep their digests, so their files keep their bytes and names.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune_cache.proto import autotune_results_pb2 as pb
+
+# The key scheme this autotune_cache computes keys with; see the module docstring.
+KEY_SCHEME = 1
+# The scheme a key without a `key_scheme` field was written with.
+UNRECORDED_SCHEME = 1
 
 
 @dataclass(frozen=True, order=True)
@@ -73,6 +87,7 @@ class CacheKey:
     problem: str
     device: Device
     toolchain: tuple[tuple[str, str], ...] = field(default=())
+    scheme: int = KEY_SCHEME
 
     def __init__(
         self,
@@ -82,6 +97,7 @@ class CacheKey:
         problem: Mapping[str, object] | str,
         device: Device,
         toolchain: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+        scheme: int = KEY_SCHEME,
     ) -> None:
         if not kernel:
             raise ValueError("cache key needs a kernel name")
@@ -91,6 +107,7 @@ class CacheKey:
         object.__setattr__(self, "problem", canonical_problem(problem))
         object.__setattr__(self, "device", device)
         object.__setattr__(self, "toolchain", canonical_toolchain(toolchain))
+        object.__setattr__(self, "scheme", scheme)
 
     @property
     def problem_str(self) -> str:
@@ -111,9 +128,11 @@ class CacheKey:
             self.toolchain,
             self.source_fingerprint,
             self.configs_fingerprint,
+            self.scheme,
         )
 
     def to_proto(self) -> pb.Key:
+        """The key as stored; `key_scheme` is left unset for scheme 1 (see UNRECORDED_SCHEME)."""
         return pb.Key(
             kernel=self.kernel,
             source_fingerprint=self.source_fingerprint,
@@ -121,6 +140,7 @@ class CacheKey:
             problem=self.problem,
             device=self.device.to_proto(),
             toolchain=[pb.Version(name=k, version=v) for k, v in self.toolchain],
+            key_scheme=0 if self.scheme == UNRECORDED_SCHEME else self.scheme,
         )
 
     @classmethod
@@ -132,10 +152,12 @@ class CacheKey:
             problem=msg.problem,
             device=Device.from_proto(msg.device),
             toolchain=tuple((v.name, v.version) for v in msg.toolchain),
+            scheme=msg.key_scheme or UNRECORDED_SCHEME,
         )
 
     def digest(self) -> str:
-        """Stable hex SHA-256 of the key; the cache-directory file name."""
+        """Stable hex SHA-256 of the key; the cache-directory file name. The scheme is part of
+        the input from scheme 2 on (a scheme-1 key hashes as before schemes were recorded)."""
         fields = [
             self.kernel,
             self.source_fingerprint,
@@ -146,6 +168,8 @@ class CacheKey:
             str(self.device.sm_count),
             self.toolchain_str,
         ]
+        if self.scheme != UNRECORDED_SCHEME:
+            fields.append(f"key_scheme={self.scheme}")
         return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()
 
     def problem_group(self) -> str:
@@ -160,15 +184,38 @@ class CacheKey:
             f"toolchain [{self.toolchain_str}]"
         )
 
+    def is_stale(self, other: CacheKey) -> bool:
+        """Whether `other`, a near miss of this key (same kernel and problem), is stale: another
+        key scheme, kernel source, device or toolchain. One that differs only in its candidate
+        list is not: its timings are reused by an incremental re-tune."""
+        return (other.scheme != self.scheme
+                or other.source_fingerprint != self.source_fingerprint
+                or other.device != self.device or other.toolchain != self.toolchain)
+
     def stale_reasons(self, other: CacheKey) -> list[str]:
-        """What differs between this key and a near-miss entry's key, in words."""
+        """What differs between this key and a near-miss entry's key, in words. Fingerprints
+        of another key scheme are not compared: they differ whether or not the kernel did."""
         reasons = []
+        if other.scheme != self.scheme:
+            reasons.append(scheme_mismatch(other.scheme, self.scheme))
         if other.device != self.device:
             reasons.append(f"device [{other.device}] != [{self.device}]")
         if other.toolchain != self.toolchain:
             reasons.append(f"toolchain [{other.toolchain_str}] != [{self.toolchain_str}]")
+        if other.scheme != self.scheme:
+            return reasons
         if other.source_fingerprint != self.source_fingerprint:
             reasons.append("kernel source changed")
         if other.configs_fingerprint != self.configs_fingerprint:
             reasons.append("candidate configs changed")
         return reasons
+
+
+def scheme_mismatch(written: int, current: int) -> str:
+    """The stale reason of an entry whose key was computed with another key scheme."""
+    text = (f"key scheme {written} != {current}: this cache was written with key scheme "
+            f"{written}, and this autotune_cache computes keys with scheme {current}, so its "
+            "fingerprints cannot be compared (the kernel itself may be unchanged); ")
+    if written > current:
+        return text + "update autotune_cache to the release that wrote it, or regenerate the cache"
+    return text + "regenerate the cache"

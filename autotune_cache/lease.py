@@ -1,10 +1,9 @@
 """A Redis lock held as a short lease that a background thread renews while its holder works.
 
-Decision (issue 11): a tuner SIGKILLed while holding a fixed 30-minute Redis lock stalled every
-peer for 30 minutes, and they then failed. The lock is now a lease of LOCK_LEASE_S seconds: the
-holder's thread renews it every third of the lease, so a live holder keeps it however long tuning
-takes, and a dead holder's lease runs out within LOCK_LEASE_S. A waiter that gives up (its own
-timeout) tunes without the lock; a key tuned twice costs time, never results.
+The lock is a lease of LOCK_LEASE_S seconds: the holder's thread renews it every third of the
+lease, so a live holder keeps it however long tuning takes, and a dead holder's lease runs out
+within LOCK_LEASE_S. A waiter that gives up (its own timeout) tunes without the lock; a key tuned
+twice costs time, never results. (docs/decisions/0005-redis-lease.md)
 """
 
 from __future__ import annotations

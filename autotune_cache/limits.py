@@ -1,19 +1,14 @@
 """Size limits on everything read from a file, a cache directory or the Redis server.
 
-Decision: a results file is untrusted input (a shared directory or server can hold anything), so
-every read is bounded before it is parsed, and the bound is on *memory*, not only on bytes:
+Every read is bounded before it is parsed, and the bound is on memory, not only on bytes: binary
+files may be large (MAX_BINARY_BYTES); text files have a far lower cap (MAX_TEXT_BYTES) and a cap
+on backslash escapes (MAX_TEXT_ESCAPES), so the worst text file accepted costs about 550 MB to
+parse; one cache-directory entry or Redis value is at most MAX_ENTRY_BYTES /
+MAX_REMOTE_VALUE_BYTES. A canonical text file loaded through its index (results_index.py) has the
+escape cap checked per parsed entry.
 
-- binary protobuf parses in about its own size, so binary files may be large;
-- protobuf's text parser costs about 6 bytes of memory per plain byte but about 140 per escaped
-  byte (`\\001`: measured with protobuf 7.36 / upb), so a text file has a far lower cap *and* a
-  cap on backslash escapes. The worst text file accepted then costs about
-  6 x MAX_TEXT_BYTES + 140 x MAX_TEXT_ESCAPES = ~550 MB to parse. 64 MiB admits a committed
-  10,000-entry cache with 8 candidates per entry (39 MB), which then loads through its own
-  index (results_index.py: a load parses only the entries it uses, and the escape cap is
-  checked per parsed entry); larger caches are committed as binary (`autotune-cache convert`);
-- one cache-directory entry or Redis value is a few KiB; anything far larger is not ours.
-
-docs/security.md states these limits (a test checks the numbers there against this module).
+docs/security.md states these limits (a test checks the numbers there against this module); why
+they are what they are: docs/decisions/0001-bounded-reads.md.
 """
 
 from __future__ import annotations

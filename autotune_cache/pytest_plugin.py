@@ -5,27 +5,21 @@ name, so `-p autotune_cache.pytest_plugin` and the entry point are one plugin, n
 inert unless one of its options is given: without them it registers nothing but the options, and
 AUTOTUNE_FLAGS alone configures the library exactly as outside pytest.
 
-Decisions recorded here (docs/pytest.md explains them to users):
-
-- Each option is the twin of one AUTOTUNE_FLAGS flag (OPTIONS below). Its value is parsed by that
-  flag's own parser, so TEST_UNDECLARED_OUTPUTS_DIR/ and TEST_WORKSPACE/ prefixes and every error
-  message are the flag's; the message is prefixed with the option's name.
-- Options and AUTOTUNE_FLAGS combine: files to load are the union (AUTOTUNE_FLAGS' files first, so
-  an option's file wins on a shared key, as a later file always does); every other twin must
-  agree with AUTOTUNE_FLAGS when both give it, else a usage error names both. AUTOTUNE_FLAGS
-  flags without a twin (cache mode, remote tier, compile workers) apply unchanged.
-- The process-wide cache is configured once at pytest_configure, so a bad flag or a missing file
-  is a usage error before any test runs. Nothing is exported to os.environ: subprocesses that a
-  test starts see AUTOTUNE_FLAGS only (a shared dump path would be clobbered by them).
-- Misses are attributed to the running test by wrapping the configured Cache instance's public
-  `lookup` (the core has no observer hook). Under require-complete a miss raises
-  MissingResultError from the kernel launch, failing that test only; a test that swallows the
-  error is failed after its call with the same message.
-- Under pytest-xdist every worker dumps to its own partial file and the controller merges them.
-  When the run dumps without a cache directory, the workers share a temporary one, so the
-  cross-process tuning lock tunes each key once and every worker's copy of an entry is identical;
-  the merged file is then the same whatever the scheduling. Entries that still differ between
-  workers (e.g. --autotune_cache_mode=read) are refused by name and the partial files are kept.
+- Each option is the twin of one AUTOTUNE_FLAGS flag (OPTIONS below), parsed by that flag's own
+  parser; its messages are the flag's, prefixed with the option's name.
+- Options and AUTOTUNE_FLAGS combine: files to load are the union (AUTOTUNE_FLAGS' files first);
+  every other twin must agree with AUTOTUNE_FLAGS when both give it, else a usage error names
+  both. AUTOTUNE_FLAGS flags without a twin apply unchanged.
+- The process-wide cache is configured once at pytest_configure (a bad flag or a missing file is a
+  usage error before any test runs); nothing is exported to os.environ.
+- Misses are attributed to the running test by a listener on the configured Cache
+  (`Cache.add_listener`). Under require-complete a miss raises MissingResultError from the kernel
+  launch, failing that test only; a test that swallows the error is failed after its call with
+  the same message.
+- Under pytest-xdist every worker dumps to its own partial file and the controller merges them;
+  without a cache directory the workers share a temporary one. Entries that still differ between
+  workers are refused by name and the partial files are kept.
+docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-plugin.md.
 """
 
 from __future__ import annotations
@@ -42,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from autotune_cache import console
 from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, check_dump_sharding, configure
 from autotune_cache.dumpfile import DumpFile
@@ -241,13 +236,45 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
+BLOCK_NAME = "autotune_cache"
+
+
 def active(config: pytest.Config) -> bool:
     """Whether any of the plugin's options was given, or AUTOTUNE_FLAGS is set: then the
     process-wide cache is configured up front (a bad flag stops the run once, before any
     test) and the run gets the summary, short stale-cache failures and require-complete's
-    session verdict."""
+    session verdict.
+
+    `-p no:autotune_cache` keeps the plugin out of the run (the library itself still reads
+    AUTOTUNE_FLAGS when a kernel runs); an --autotune-* option given with it is a usage error,
+    since it would silently do nothing."""
+    if config.pluginmanager.is_blocked(BLOCK_NAME):
+        # Ini settings are a project's defaults, which -p no: switches off; the command line is
+        # this run's request.
+        asked = [o.name for o in OPTIONS if config.getoption(o.dest) not in (None, False)]
+        if asked:
+            raise pytest.UsageError(
+                f"the autotune_cache plugin is disabled with -p no:{BLOCK_NAME}, so {asked[0]} "
+                "would do nothing; drop one of the two")
+        return False
     given = any(v not in (None, False) for v in option_values(config).values())
     return given or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))
+
+
+def _lines_to_terminal(config: pytest.Config) -> None:
+    """Show the library's lines for people (tuning progress) through pytest's terminal
+    reporter, with capture suspended, so they appear without -s."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None:
+        return
+
+    def write(line: str) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.ensure_newline()
+            tr.write_line(line)
+
+    console.set_sink(write)
 
 
 # ----- per-test attribution ---------------------------------------------------------------------
@@ -270,8 +297,7 @@ class Miss:
 def _why(cache: Cache, key: CacheKey) -> str:
     """'new', 'candidate list changed', or 'stale: <what differs>' for a missed key."""
     near = cache.near_misses(key)
-    stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
-             or f.key.device != key.device or f.key.toolchain != key.toolchain]
+    stale = [f for f in near if key.is_stale(f.key)]
     if stale:
         reasons = sorted({r for f in stale for r in key.stale_reasons(f.key)})
         return "stale: " + "; ".join(reasons)
@@ -332,9 +358,12 @@ def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]],
                   workers: int = 0) -> list[str]:
     """The terminal-summary section: counters, then which tests missed which kernels."""
-    line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses "
-            f"({int(stats['stale'])} stale), {int(stats['benchmarks'])} benchmarks, "
-            f"saved ~{stats['saved_seconds']:.1f} s of tuning")
+    why = f"{int(stats['stale'])} stale"
+    if stats["candidates_changed"]:
+        why += f", {int(stats['candidates_changed'])} after a candidate-list change"
+    line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses ({why}), "
+            f"{int(stats['benchmarks'])} benchmarks, saved ~{stats['saved_seconds']:.1f} s of "
+            "tuning")
     if stats["tuned"]:
         line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
     if stats["peer_results"]:
@@ -410,6 +439,14 @@ class RunnerPlugin:
         self.recorder = MissRecorder()
         self.recorder.attach(self.cache)
         self.dumped = 0
+        if self.workerinput is None:
+            _lines_to_terminal(config)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.workerinput is None:
+            # The terminal summary already said what the exit line would say, after pytest's
+            # last line: drop it (the Bazel JSON report is still written).
+            console.set_sink(lambda line: None)
 
     def _short_failure(self, run: Iterator[None]) -> Iterator[None]:
         """Run one phase; a stale-cache error becomes a short failure (the message, no stack)
@@ -626,6 +663,22 @@ def _xdist_controller(config: pytest.Config) -> bool:
     if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
         return False
     return getattr(config.option, "dist", "no") != "no"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    """--autotune-all-kernels (or its ini twin) switches the routing on before pytest imports
+    the rootdir's conftest.py files, which often import the library whose kernels it routes.
+    (Plugins given with -p are imported earlier still: AUTOTUNE_FLAGS=--autotune_all_kernels
+    covers them, at interpreter start-up.)"""
+    if early_config.pluginmanager.is_blocked(BLOCK_NAME):
+        return
+    option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
+    if option or early_config.getini("autotune_all_kernels"):
+        from autotune_cache.triton.routing import install
+
+        install()
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,65 +1,34 @@
 """Loading results files fast: a canonical text file is its own index.
 
-A committed results file stays text, for review, and protobuf's pure-Python text parser reads
-about 1.3 MB/s (a 10,000-entry cache with 8 candidates per entry, 39 MB: about 30 s). But the
-writer (formats.serialize_keyed, `autotune-cache convert`) writes *canonical* text:
+A load splits a canonical text file (the writer's output: `formats.serialize_keyed`,
+`autotune-cache convert`) into entry blocks (each `entries {` ... `}` at column 0), reads each
+block's kernel and problem from its first lines, and indexes the blocks by (kernel, problem). A
+lookup parses, with protobuf's own text parser, only the blocks of its key's kernel and problem,
+and uses one only when the parsed key's digest is the key's. Binary files are indexed the same
+way, from their wire fields.
 
-    version: 1
-    entries {
-      key {
-        kernel: "..."
-        source_fingerprint: "..."
-        configs_fingerprint: "..."
-        problem: "..."
-        device {
-      ...
-    }
-    entries {
-    ...
-
-So a load splits the file into entry blocks (each `entries {` ... `}` at column 0), reads each
-block's kernel and problem from its first lines with one regular expression, and indexes the
-blocks by (kernel, problem). A lookup parses, with protobuf's own text parser, only the blocks
-of its key's kernel and problem, and uses one only when the parsed key's digest is the key's.
-A binary file is indexed the same way, from a scan of its top-level wire fields: each `entries`
-field's span, and its key (only the key) parsed for the kernel and problem; an entry is parsed
-from its span on use. Parsing a binary file whole cost about 9 to 48 times its size in memory
-(upb's messages plus a Python object per entry); indexed, it costs its size plus the index.
-
-Decisions:
-- The index is only trusted when the file is provably split right. A load checks, with byte
-  scans of the whole file (no tokenizing): the file is `version: 1` then nothing but blocks;
-  every block's first lines are `entries {`, `key {`, `kernel: "..."`, then optionally the two
-  fingerprints and `problem: "..."`, each a single string on its own line; the word `entries`
-  occurs nowhere else, and `problem` nowhere else in a block whose first lines have none,
-  except inside a one-string line's string. Then a file that protobuf's parser accepts holds
-  exactly one entry per block (a block closed early would need another top-level `entries` to
-  reopen its last `}`), and each entry's kernel and problem are its first lines': protobuf's
-  text parser (from 4.25, this package's floor, to 7.x) refuses a second `key`, and a second
-  `kernel` or `problem` once one is non-empty (tests/core/test_results_index.py checks that it
-  still does). Checking `key` and `kernel` as `entries` is checked would cost another 40 ms of
-  byte scans at 10,000 entries. A parsed block is still checked against its first lines (one
-  entry, the same kernel and problem, nothing else at top level); a mismatch drops the index
-  for a full parse.
-- Any other text file (hand-edited, another writer's spacing or field order, comments, CRLF)
-  is parsed whole, as before, and the load logs once per file, at info level, that
+The contract:
+- The index is used only when byte scans prove the file is split right (`version: 1`, then only
+  blocks whose first lines are `entries {`, `key {`, `kernel: "..."`, optionally the two
+  fingerprints and `problem: "..."`); a parsed block is checked against its first lines, and a
+  mismatch drops the index for a full parse.
+- A binary file is indexed from a scan of its top-level wire fields: each `entries` field's span,
+  and its key alone parsed for the kernel and problem; anything but `version: 1` and well-formed
+  entries with keys is parsed whole, which names the problem.
+- Any other text file is parsed whole, and the load logs once per file, at info level, that
   `autotune-cache convert FILE FILE` makes it canonical.
-- The file stays the only authority: there is no derived copy, cache directory or build
-  action, so nothing but the reviewed file can change what a lookup returns.
-- A block that does not parse raises CorruptFileError naming the file and the line in the
-  file, when the block is first needed (a lookup of its kernel and problem, a near-miss
-  search, `items()`); `autotune-cache verify` parses the whole file. A canonical file's damage
-  outside the blocks a process uses therefore costs that process nothing. The escape cap
-  (limits.py) is checked on each block before it is parsed, and on the whole file before a
-  full parse.
-- The file's bytes stay in memory (the blocks are parsed from them): peak memory is the file's
-  size plus a few hundred bytes of index per entry (the index is built in one pass that keeps
-  only each block's names), not the several times its size a full parse costs. Bounds, so that
-  docs/security.md's figures hold: at most MAX_FILE_ENTRIES entries per file (the index's cost
-  is per entry, whatever the entry's size) and at most MAX_ENTRY_BYTES per indexed entry (an
-  entry parsed on use costs several times its size), each refused with a CorruptFileError
-  naming the file.
+- The file is the only authority: no derived copy, cache directory or build action.
+- A block that does not parse raises CorruptFileError naming the file and the line (the entry
+  and its bytes, for binary), when the block is first needed; the escape cap (limits.py) is
+  checked on each block before it is parsed, and on the whole file before a full parse.
+- The file's bytes stay in memory: peak memory is the file's size plus a few hundred bytes of
+  index per entry (built in one pass that keeps only each block's names), not the 8 (text) to
+  48 (binary) times its size a full parse costs. So that docs/security.md's figures hold, a file
+  has at most MAX_FILE_ENTRIES entries and an indexed entry at most MAX_ENTRY_BYTES, each
+  refused with a CorruptFileError naming the file.
 - Several entries with one key: the last wins, as with a full parse.
+Why, and the proof that a checked file holds one entry per block:
+docs/decisions/0007-text-file-is-its-own-index.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """Reading files that someone else may have planted: regular files only, never blocking, bounded.
 
-Decision: every results file, cache-directory entry and XLA file is read through read_regular:
-- opened with O_NONBLOCK, so a FIFO (or a device) at the path cannot hang the reader, and checked
-  with fstat on the open descriptor to be a regular file (no check-then-open race);
-- entries inside a shared directory are opened with O_NOFOLLOW: a symlink planted at an entry's
-  path is refused, never followed (it could point at another user's private file, whose first
-  field name a parse error would then print). Files the user names (a loaded file, a CLI argument,
-  a Bazel runfiles symlink) are followed, as any tool follows them;
-- read to at most `limit` bytes (limits.py), refusing anything larger without reading it all.
+read_regular, through which every results file, cache-directory entry and XLA file is read:
+- opens with O_NONBLOCK (a FIFO or a device at the path cannot hang the reader) and checks with
+  fstat on the open descriptor that it is a regular file (no check-then-open race);
+- with `follow_symlinks=False` (entries inside a shared directory), opens with O_NOFOLLOW: a
+  symlink at the path is refused, never followed. Files the user names are followed;
+- reads at most `limit` bytes (limits.py), refusing anything larger without reading it all.
 Every failure is a CorruptFileError that names the path and says what to do, except a missing file
-(FileNotFoundError), which callers word themselves.
+(FileNotFoundError), which callers word themselves. (docs/decisions/0002-planted-files.md)
 """
 
 from __future__ import annotations

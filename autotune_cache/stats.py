@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from autotune_cache import env
+from autotune_cache import console, env
 
 REPORT_NAME = "autotune_report.json"
 
@@ -108,10 +108,12 @@ class Stats:
         return path
 
     def report_at_exit(self) -> None:
-        """Print the summary to stderr and write the Bazel report, if anything happened."""
+        """Show the summary line (autotune_cache.console: stderr or logging; under the pytest
+        plugin, its terminal summary replaces it) and write the Bazel report, if anything
+        happened."""
         if not self.anything_happened:
             return
-        print(self.summary_line(), file=sys.stderr, flush=True)
+        console.say(self.summary_line())
         outputs = env.undeclared_outputs_dir()
         if outputs is not None:
             try:

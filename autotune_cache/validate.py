@@ -1,7 +1,6 @@
 """Checks on an entry read from a shared tier, before anything uses it.
 
-Decision (issue 11): a cache directory or Redis server may hold entries written by anyone, so an
-entry is used only when
+An entry is usable only when
 - its key is the key looked up (when one is given): the name or Redis key it was found under says
   nothing;
 - its winning config is well-formed: every parameter has a name that is a Python identifier, a
@@ -9,12 +8,12 @@ entry is used only when
   of two up to 64, num_stages 0..32, num_ctas 1..16, maxnreg 0..255); the timing is a finite,
   non-negative number;
 - its winner is one of its own recorded candidates (when it records any), and is not a failure;
-- its winner is one of the kernel's candidates, when the caller passes them (the autotuner does:
-  Cache.lookup(key, candidates=...)). Matching is on meta-parameters and launch options, the part
+- its winner is one of the kernel's candidates, when the caller passes them
+  (Cache.lookup(key, candidates=...)). Matching is on meta-parameters and launch options, the part
   of a config a results file records.
 Otherwise the entry is damaged: the tier warns naming where it came from, it is a miss, the key is
 re-tuned and the entry overwritten. `autotune-cache verify` runs the same checks (without the
-kernel's candidates, which only the tuner knows).
+kernel's candidates, which only the tuner knows). (docs/decisions/0004-untrusted-entries.md)
 """
 
 from __future__ import annotations

@@ -47,7 +47,10 @@ setup() {
     # Triton is pinned to the release the committed example caches were tuned with (their keys
     # name it); a newer Triton correctly reports those caches as stale.
     "$PY" -m pip install -q "torch==2.13.0" "triton==3.6.0"
-    "$PY" -m pip install -q -e "$ROOT[triton,jax,redis,test]" "triton==3.6.0"
+    # compat mode: a path entry instead of an import hook, so mypy finds the package and its
+    # stubs from the checkout (tests/packaging).
+    "$PY" -m pip install -q -e "$ROOT[triton,jax,redis,test]" "triton==3.6.0" \
+      --config-settings editable_mode=compat
     # grpcio-tools 1.62.3 writes protobuf-4.25 gencode, which every runtime from 4.25 to 7.x
     # loads (GPU images ship older protobuf than PyPI). --no-deps keeps our newer protobuf.
     "$PY" -m pip install -q grpcio
@@ -82,7 +85,7 @@ sys.exit(triton.__version__ != '$TRITON_LATEST')" 2>/dev/null; then
     "$venv/bin/pip" install -q "torch==2.13.0" "triton==$TRITON_LATEST"
     "$venv/bin/pip" install -q -e "$ROOT[triton,test]" "torch==2.13.0" "triton==$TRITON_LATEST"
   fi
-  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -p no:cacheprovider tests/triton)
+  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -n auto -p no:cacheprovider tests/triton)
 }
 
 # Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
@@ -109,11 +112,18 @@ case "$cmd" in
     stage lint lint
     cd "$ROOT"
     log "running the test suite"
-    stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
-      "$PY" -m pytest -ra "$@"
-    # The version matrix runs on a full run only, not when pytest arguments pick tests.
     if [ $# -eq 0 ]; then
+      # One pytest-xdist worker per CPU: the suite is mostly subprocesses (Bazel, pytest, Python
+      # children) waiting on each other, and every test is independent of the others.
+      stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
+        "$PY" -m pytest -ra -n auto -m "not package"
+      # The packaging checks (sdist, wheel, a fresh venv) and the version matrix run on a full
+      # run only, not when pytest arguments pick tests.
+      stage "package: build, twine check, wheel in a fresh venv, mypy --strict" \
+        "$PY" -m pytest -ra -p no:cacheprovider -m package tests/packaging
       stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests
+    else
+      stage "tests" "$PY" -m pytest -ra "$@"
     fi
     ;;
   demo)

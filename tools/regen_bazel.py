@@ -8,6 +8,7 @@ runfiles, with the outputs landing in bazel-testlogs. Standard library only.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import subprocess
 import sys
@@ -141,10 +142,29 @@ class DumpTarget:
 
 @dataclass(frozen=True)
 class Query:
-    """What `bazel query --keep_going` found, and the packages it could not load."""
+    """What `bazel query --keep_going` found, the packages it could not load, and the target
+    patterns that named nothing (a typo: `//tema_a/...`), with Bazel's reason."""
 
     stdout: str
     broken_packages: tuple[str, ...] = ()
+    bad_patterns: tuple[tuple[str, str], ...] = ()
+
+
+# How Bazel reports a target pattern that names nothing under --keep_going: "ERROR: Skipping
+# '//tema/...': no targets found beneath 'tema'" (also "no such package 'tema': BUILD file not
+# found ..." and "no such target '//pkg:nope': ..."). That is a mistyped pattern, not a package
+# that failed to load.
+_SKIPPED_PATTERN = re.compile(r"ERROR: Skipping '([^']+)': (.+)")
+
+
+def bad_patterns(stderr: str) -> tuple[tuple[str, str], ...]:
+    """(pattern, Bazel's reason) for every pattern a `--keep_going` query skipped."""
+    found = {}
+    for line in stderr.splitlines():
+        match = _SKIPPED_PATTERN.search(line)
+        if match:
+            found.setdefault(match.group(1), match.group(2).strip())
+    return tuple(sorted(found.items()))
 
 
 # How Bazel names a package it could not load, in `query --keep_going` errors.
@@ -160,7 +180,7 @@ def broken_packages(stderr: str, workspace: Path) -> tuple[str, ...]:
     """The packages a `bazel query --keep_going` reported errors in, as "//pkg" labels."""
     found: set[str] = set()
     for line in stderr.splitlines():
-        if "ERROR" not in line:
+        if "ERROR" not in line or _SKIPPED_PATTERN.search(line):
             continue
         for pattern in _BROKEN_PACKAGE_PATTERNS:
             match = pattern.search(line)
@@ -225,8 +245,10 @@ class Bazel:
         # Bazel's own errors, so that "see above" in the summary points somewhere.
         sys.stderr.write(done.stderr)
         broken = broken_packages(done.stderr, self.workspace)
-        return Query(done.stdout, broken or ("(a package Bazel did not name; see its errors "
-                                             "above)",))
+        skipped = bad_patterns(done.stderr)
+        if not broken and not skipped:
+            broken = ("(a package Bazel did not name; see its errors above)",)
+        return Query(done.stdout, broken, skipped)
 
     def stream(self, verb: str, *args: str) -> int:
         """Runs a command with Bazel's own progress output on our stderr; returns its exit code."""
@@ -239,6 +261,68 @@ class Bazel:
             raise RegenError(
                 f"Bazel binary {self.binary!r} not found; pass --bazel=PATH (bazel or bazelisk)."
             ) from None
+
+
+_BUILD_FILES = ("BUILD.bazel", "BUILD")
+
+# The names Bazel gives its convenience symlinks in the workspace root (bazel-bin, bazel-out,
+# bazel-testlogs, bazel-<workspace>), with the default --symlink_prefix.
+CONVENIENCE_SYMLINK_PREFIX = "bazel-"
+
+# Version-control directories of the workspace root: no package lives there.
+_VCS_DIRS = (".git", ".hg", ".svn", ".jj")
+
+
+def is_package(directory: Path) -> bool:
+    """Whether `directory` holds a BUILD file."""
+    return any((directory / name).is_file() for name in _BUILD_FILES)
+
+
+def file_package(path: str, workspace: Path) -> str:
+    """The package of a source file (workspace-relative path): the nearest directory above it
+    that holds a BUILD file ("" for the root package)."""
+    directory = posixpath.dirname(path)
+    while directory and not is_package(workspace / directory):
+        directory = posixpath.dirname(directory)
+    return directory
+
+
+def ignored_dirs(workspace: Path) -> set[Path]:
+    """The directories .bazelignore lists (Bazel never loads packages there)."""
+    ignore = workspace / ".bazelignore"
+    if not ignore.is_file():
+        return set()
+    return {workspace / line.strip().rstrip("/") for line in ignore.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
+def is_output_tree(entry: Path) -> bool:
+    """Whether a workspace-root entry is one of Bazel's convenience symlinks (its output trees):
+    a symlink named bazel-*. With an explicit --output_base or --output_user_root, Bazel 4
+    does not recognise `bazel-<workspace>` as its own and loads the external repositories
+    under it as packages of the workspace (bazel#15867)."""
+    return entry.is_symlink() and entry.name.startswith(CONVENIENCE_SYMLINK_PREFIX)
+
+
+def workspace_universe(workspace: Path) -> str:
+    """`//...` of the main repository without Bazel's convenience symlinks: the union of the
+    root package and one `//<dir>/...` per top-level directory, leaving out `bazel-*` symlinks
+    and .bazelignore'd directories (Bazel applies .bazelignore below the top level itself)."""
+    ignored = ignored_dirs(workspace)
+    parts = ["//:all"] if is_package(workspace) else []
+    for entry in sorted(workspace.iterdir(), key=lambda e: e.name):
+        if not entry.is_dir() or is_output_tree(entry) or entry in ignored:
+            continue
+        if entry.name in _VCS_DIRS:
+            continue
+        parts.append(f"//{entry.name}/...")
+    return " + ".join(parts) if parts else "//..."
+
+
+def without_output_trees(pattern: str, workspace: Path) -> str:
+    """A pattern as a query universe: `//...` (the whole main repository) becomes
+    workspace_universe(), so that Bazel's convenience symlinks are never loaded."""
+    return workspace_universe(workspace) if normalize_label(pattern) == "//..." else pattern
 
 
 def _union(patterns: Sequence[str]) -> str:
@@ -286,6 +370,11 @@ class Found:
     broken_packages: tuple[str, ...] = ()
     # The --bazel_flag values `bazel query` took (for later queries).
     query_flags: tuple[str, ...] = ()
+    # Patterns that named nothing, with Bazel's reason.
+    bad_patterns: tuple[tuple[str, str], ...] = ()
+    # Whether tests sharing a cache file were looked for only in the packages of the cache
+    # files and of the tests asked for (not in the whole workspace): see widen_search.
+    narrowed: bool = False
 
 
 def check_main_repository(targets: Sequence[DumpTarget]) -> None:
@@ -311,19 +400,30 @@ def find_dump_targets(
     bazel: Bazel, patterns: Sequence[str], flags: Sequence[str] = ()
 ) -> Found:
     """The dump targets for `patterns`: dumps they name, plus the dumps of autotuned tests
-    they name, plus every other dump that writes the same cache file (a cache shared by
-    several tests holds the union of their entries, so all of them must run). With no
-    pattern (regen_cache always passes one: `...` where the user ran it): `//...`.
+    they name, plus the other dumps that write the same cache file and live in the cache
+    file's own package or in a package of the tests asked for (a cache shared by several tests
+    holds the union of their entries, so all of them must run). With no pattern (regen_cache
+    always passes one: `...` where the user ran it): the whole workspace.
+
+    Only those packages are loaded: not `//...`, which is slow in a large repository, fails on
+    another team's broken package, and walks into Bazel's own `bazel-<workspace>` tree when the
+    output base is set explicitly. A test in yet another package that shares the file can only
+    matter if the new file would lose entries; regen_cache then widens the search to the whole
+    workspace (`widen_search`) before it writes anything. `//...` itself is read without Bazel's
+    convenience symlinks (workspace_universe).
 
     Queries run with --keep_going: a package that fails to load is listed in the result
-    (`broken_packages`) and the others are still regenerated.
+    (`broken_packages`), a pattern that names nothing in `bad_patterns`, and the others are
+    still regenerated.
 
     `flags` (the user's --bazel_flag values) go to `bazel query` too, so that flags that change
     what is loaded (--override_repository, --enable_bzlmod, ...) apply to it. Many `bazel test`
     flags are not query options, though (--test_env, or --config=X when only `build:X` is
     defined): when Bazel rejects the command line (exit 2), the query runs without them.
     """
-    universe = _union(patterns or ["//..."])
+    workspace = bazel.workspace
+    whole = [without_output_trees(p, workspace) for p in patterns or ["//..."]]
+    universe = _union(whole)
     tests_expression = f'attr(tags, "{tag_regex(AUTOTUNED_TAG)}", {universe})'
     # Flags about where and how many actions run mean nothing to a query (and Bazel would
     # contact the remote executor for it).
@@ -338,25 +438,56 @@ def find_dump_targets(
         flags = []
         tests = bazel.query(tests_expression, "--output=label")
     broken = set(tests.broken_packages)
+    skipped = dict(tests.bad_patterns)
     dumps_of_tests = [normalize_label(t) + DUMP_TARGET_SUFFIX for t in tests.stdout.split()]
     expression = f'attr(tags, "{tag_regex(DUMP_TAG)}", {_union([universe, *dumps_of_tests])})'
     dumps = bazel.query(*flags, expression, "--output=xml")
     broken.update(dumps.broken_packages)
+    for pattern, reason in dumps.bad_patterns:
+        skipped.setdefault(pattern, reason)
     targets = parse_dump_targets(dumps.stdout)
     check_main_repository(targets)
-    if patterns and targets and universe != "//...":
-        # Tests sharing a cache file with the ones asked for.
-        shared = " + ".join(
-            f'attr(tags, "{cache_path_regex(path)}", //...)'
-            for path in sorted({t.cache_path for t in targets})
-        )
-        siblings = bazel.query(*flags, shared, "--output=xml")
+    narrowed = False
+    if targets and "//..." not in [normalize_label(p) for p in patterns or ["//..."]]:
+        # Tests sharing a cache file with the ones asked for, in the packages where they can
+        # be without loading the workspace: the cache file's own package and the packages of
+        # the tests found.
+        packages = {file_package(t.cache_path, workspace) for t in targets}
+        packages.update(t.package for t in targets)
+        packages = {p for p in packages if is_package(workspace / p)}
+        siblings = sharing_dumps(bazel, {t.cache_path for t in targets},
+                                 " + ".join(f"//{p}:all" for p in sorted(packages)), flags)
         broken.update(siblings.broken_packages)
-        by_label = {t.label: t for t in targets}
-        for sibling in parse_dump_targets(siblings.stdout):
-            by_label.setdefault(sibling.label, sibling)
-        targets = [by_label[label] for label in sorted(by_label)]
-    return Found(targets, tuple(sorted(broken)), tuple(flags))
+        targets = merge_targets(targets, siblings.targets)
+        narrowed = True
+    return Found(targets, tuple(sorted(broken)), tuple(flags), tuple(sorted(skipped.items())),
+                 narrowed)
+
+
+def merge_targets(targets: Sequence[DumpTarget], more: Sequence[DumpTarget]) -> list[DumpTarget]:
+    """The union of two lists of dump targets, sorted by label."""
+    by_label = {t.label: t for t in targets}
+    for target in more:
+        by_label.setdefault(target.label, target)
+    return [by_label[label] for label in sorted(by_label)]
+
+
+def sharing_dumps(bazel: Bazel, cache_paths: set[str] | Sequence[str], universe: str,
+                  flags: Sequence[str] = ()) -> Found:
+    """The dump targets in `universe` that regenerate any of `cache_paths`."""
+    expression = " + ".join(f'attr(tags, "{cache_path_regex(path)}", {universe})'
+                            for path in sorted(cache_paths))
+    result = bazel.query(*flags, expression, "--output=xml")
+    targets = parse_dump_targets(result.stdout)
+    check_main_repository(targets)
+    return Found(targets, result.broken_packages, tuple(flags))
+
+
+def widen_search(bazel: Bazel, cache_paths: Sequence[str], flags: Sequence[str] = ()) -> Found:
+    """Every dump target of the whole workspace (without Bazel's convenience symlinks) that
+    regenerates one of `cache_paths`: what regen_cache asks before it writes a file that would
+    lose entries after a narrowed search (find_dump_targets)."""
+    return sharing_dumps(bazel, cache_paths, workspace_universe(bazel.workspace), flags)
 
 
 def _bep_events(bep_json: Path) -> list[dict]:

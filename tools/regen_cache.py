@@ -8,7 +8,11 @@
 How it works (docs/bazel.md has the long version):
 
 1. `bazel query` finds the `.dump` targets: those of the autotuned tests the patterns name
-   (tag "autotuned"), and any `.dump` target named directly.
+   (tag "autotuned"), any `.dump` target named directly, and those sharing their cache files in
+   the files' and the tests' packages. Nothing else is loaded (never `//...` for a narrower
+   pattern, never Bazel's bazel-* convenience symlinks); a file whose new version would lose
+   entries makes it look for more sharers in the whole workspace before writing
+   (widen_where_entries_would_go).
 2. One `bazel test` runs every dump, from inside `bazel run` (Bazel releases its lock before
    it starts us). On a GPU host it runs one dump per GPU at a time, each pinned to its own GPU
    with CUDA_VISIBLE_DEVICES through `--run_under` (see regen_scheduler.py); without a GPU it
@@ -49,10 +53,12 @@ from regen_bazel import (
     find_dump_targets,
     find_workspace,
     label_parts,
+    merge_targets,
     outputs_dir,
     read_dump,
     read_test_dirs,
     read_test_statuses,
+    widen_search,
     working_package,
 )
 from regen_diff import Change, committed_bytes, compare
@@ -298,6 +304,18 @@ FILTER_RESETS = (
 )
 
 
+# Under --remote_download_minimal (or _toplevel), common with remote execution, Bazel does
+# not download the outputs of passing tests (bazel#26043, bazel#11556), so every dump would
+# look as if it wrote nothing. `all` is the one value every Bazel from 4 to 9 takes (checked on
+# 4.2.3; the flag and value are in the command-line reference of 7, 8 and 9). A --bazel_flag
+# given to regen_cache comes later and still wins.
+DOWNLOAD_OUTPUTS = "--remote_download_outputs=all"
+
+# --bazel_flag values that keep test outputs remote (what to say when a dump wrote nothing).
+_MINIMAL_DOWNLOADS = ("--remote_download_minimal", "--remote_download_toplevel",
+                      "--remote_download_outputs=minimal", "--remote_download_outputs=toplevel")
+
+
 def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
                  targets: list[DumpTarget]) -> list[str]:
     """The `bazel test` arguments (after the verb) that run every dump."""
@@ -306,6 +324,7 @@ def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
         "--test_sharding_strategy=disabled",
         "--test_output=errors",
         *FILTER_RESETS,
+        DOWNLOAD_OUTPUTS,
         f"--build_event_json_file={bep}",
         *plan.bazel_flags,
         *args.bazel_flag,
@@ -321,6 +340,54 @@ def group_by_cache(targets: list[DumpTarget]) -> dict[str, list[DumpTarget]]:
     return dict(sorted(groups.items()))
 
 
+@dataclass
+class Harvest:
+    """The dumps run so far: per dump label, its status and its bytes (or why there are none)."""
+
+    status: dict[str, str]
+    results: dict[str, bytes | str]
+
+
+def run_dumps(args: argparse.Namespace, bazel: Bazel, plan: Plan, targets: list[DumpTarget],
+              bep: Path, harvest: Harvest) -> None:
+    """One `bazel test` over `targets`; their statuses and dumps are added to `harvest`."""
+    workspace = bazel.workspace
+    log(f"running {len(targets)} dump(s) with `{args.bazel} test` (Bazel's progress follows)")
+    build_exit = bazel.stream("test", *test_command(args, plan, bep, targets))
+    if build_exit not in BAZEL_TEST_RAN:
+        log(f"`{args.bazel} test` exited {build_exit}: the build failed or was stopped")
+    statuses = read_test_statuses(bep)
+    test_dirs = read_test_dirs(bep)
+    if any(t.label not in test_dirs for t in targets):
+        # After a failed build `bazel info` may fail too; the directory then only names
+        # where a log would have been.
+        testlogs = workspace / "bazel-testlogs"
+        if build_exit in BAZEL_TEST_RAN:
+            try:
+                testlogs = Path(bazel.capture("info", *args.bazel_flag, "bazel-testlogs").strip())
+            except RegenError as e:
+                # One missing directory must not stop the passing dumps being written.
+                log(f"cannot ask Bazel where the test logs are ({e}); using {testlogs}")
+        for t in targets:
+            test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
+    for t in targets:
+        harvest.status[t.label] = statuses.get(t.label, "NO STATUS")
+        result = read_one(t, harvest.status[t.label], test_dirs[t.label], build_exit)
+        if isinstance(result, str) and result.startswith("the dump wrote no") and any(
+                flag.startswith(_MINIMAL_DOWNLOADS) for flag in args.bazel_flag):
+            result += (" (--bazel_flag keeps passing tests' outputs remote: drop "
+                       "--remote_download_minimal / _toplevel from --bazel_flag)")
+        harvest.results[t.label] = result
+
+
+def bad_pattern_lines(found_bad: tuple[tuple[str, str], ...], package: str) -> list[str]:
+    """One sentence per pattern that named nothing: the pattern, Bazel's reason, the fix."""
+    where = (f" (relative patterns are read from //{package}, the directory you ran in)"
+             if package else "")
+    return [f"{pattern}: NO SUCH TARGET PATTERN: Bazel says \"{reason}\"; check its "
+            f"spelling{where}" for pattern, reason in found_bad]
+
+
 def run(args: argparse.Namespace) -> int:
     """Finds, runs and harvests the dumps; returns the process exit code."""
     workspace = args.workspace or find_workspace(os.environ, Path.cwd())
@@ -333,12 +400,15 @@ def run(args: argparse.Namespace) -> int:
         log(f"patterns read from //{package} (the directory you ran in): {' '.join(patterns)}")
     found = find_dump_targets(bazel, patterns, args.bazel_flag)
     targets = found.targets
+    bad = bad_pattern_lines(found.bad_patterns, package)
     orphans = find_orphans(bazel, workspace, patterns, targets, found.query_flags)
     if not targets:
         if orphans:
-            return report([], args.check, found.broken_packages, orphans)
-        if found.broken_packages:
-            report([], args.check, found.broken_packages)
+            return report([], args.check, found.broken_packages, orphans, bad)
+        if bad and len(bad) == len(patterns):
+            raise RegenError("; ".join(bad) + ".")
+        if found.broken_packages or bad:
+            report([], args.check, found.broken_packages, (), bad)
         raise RegenError(
             f"no autotuned_py_test matches {' '.join(patterns)} in {workspace}."
         )
@@ -347,10 +417,11 @@ def run(args: argparse.Namespace) -> int:
         # with every entry, sits next to it: say so before any dump runs.
         log("nothing was run: a test without a cache sits next to an orphaned cache file; move "
             "(or delete) the orphaned file first, so that a renamed test keeps its entries")
-        return report([], args.check, found.broken_packages, orphans)
+        return report([], args.check, found.broken_packages, orphans, bad)
     plan = scheduling_plan(args, bazel)
-    groups = group_by_cache(targets)
+    broken = set(found.broken_packages)
     with tempfile.TemporaryDirectory(prefix="regen_cache_") as scratch:
+        groups = group_by_cache(targets)
         log(f"{len(targets)} dump target(s) for {len(groups)} cache file(s) in {workspace}; "
             f"{plan.describe()}")
         for target in targets:
@@ -361,32 +432,17 @@ def run(args: argparse.Namespace) -> int:
             return 0
         created = create_placeholders(targets, workspace)
         kept: set[Path] = set()
-        bep = Path(scratch) / "bep.json"
-        log(f"running {len(targets)} dump(s) with `{args.bazel} test` (Bazel's progress follows)")
+        harvest = Harvest({}, {})
         try:
-            build_exit = bazel.stream("test", *test_command(args, plan, bep, targets))
-            if build_exit not in BAZEL_TEST_RAN:
-                log(f"`{args.bazel} test` exited {build_exit}: the build failed or was stopped")
-            statuses = read_test_statuses(bep)
-            test_dirs = read_test_dirs(bep)
-            if any(t.label not in test_dirs for t in targets):
-                # After a failed build `bazel info` may fail too; the directory then only names
-                # where a log would have been.
-                testlogs = workspace / "bazel-testlogs"
-                if build_exit in BAZEL_TEST_RAN:
-                    try:
-                        testlogs = Path(
-                            bazel.capture("info", *args.bazel_flag, "bazel-testlogs").strip())
-                    except RegenError as e:
-                        # One missing directory must not stop the passing dumps being written.
-                        log(f"cannot ask Bazel where the test logs are ({e}); using {testlogs}")
-                for t in targets:
-                    test_dirs.setdefault(t.label, outputs_dir(testlogs, t.label))
-            status = {t.label: statuses.get(t.label, "NO STATUS") for t in targets}
-            results = {t.label: read_one(t, status[t.label], test_dirs[t.label], build_exit)
-                       for t in targets}
+            run_dumps(args, bazel, plan, targets, Path(scratch) / "bep.json", harvest)
+            if found.narrowed:
+                targets, more_broken = widen_where_entries_would_go(
+                    args, bazel, plan, targets, harvest, workspace, created, Path(scratch),
+                    found.query_flags)
+                broken.update(more_broken)
+                groups = group_by_cache(targets)
             outcomes = [
-                regenerate_group(group, results, status, workspace, args.check,
+                regenerate_group(group, harvest.results, harvest.status, workspace, args.check,
                                  placeholder=(workspace / path) in created)
                 for path, group in groups.items()
             ]
@@ -401,13 +457,46 @@ def run(args: argparse.Namespace) -> int:
                     path.unlink(missing_ok=True)
                 else:
                     write_atomic(path, before)
-    return report(outcomes, args.check, found.broken_packages, orphans)
+    return report(outcomes, args.check, tuple(sorted(broken)), orphans, bad)
+
+
+def widen_where_entries_would_go(
+    args: argparse.Namespace, bazel: Bazel, plan: Plan, targets: list[DumpTarget],
+    harvest: Harvest, workspace: Path, created: dict[Path, bytes | None], scratch: Path,
+    query_flags: Sequence[str],
+) -> tuple[list[DumpTarget], tuple[str, ...]]:
+    """After a narrowed search (find_dump_targets): a cache file whose new version would lose
+    entries might be shared by a test in a package that was not loaded, whose entries those
+    are. Only for such files is the whole workspace searched (without Bazel's convenience
+    symlinks), and the dumps found there run too. Returns the targets and the packages that
+    failed to load during that search."""
+    losing = []
+    for path, group in group_by_cache(targets).items():
+        trial = regenerate_group(group, harvest.results, harvest.status, workspace, check=True,
+                                 placeholder=(workspace / path) in created)
+        if trial.change is not None and trial.change.removed:
+            losing.append(path)
+    if not losing:
+        return targets, ()
+    log(f"{', '.join(losing)} would lose entries: looking for other tests that share "
+        f"{'it' if len(losing) == 1 else 'them'} in the whole workspace before writing")
+    wider = widen_search(bazel, losing, query_flags)
+    known = {t.label for t in targets}
+    extra = [t for t in wider.targets if t.label not in known]
+    if extra:
+        for target in extra:
+            log(f"  {target.label} -> {target.cache_path} (shares it)")
+        run_dumps(args, bazel, plan, extra, scratch / "bep_shared.json", harvest)
+    else:
+        log("no other test shares them: the entries are no longer used")
+    return merge_targets(targets, extra), wider.broken_packages
 
 
 def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
-           orphans: Sequence[Orphan] = ()) -> int:
+           orphans: Sequence[Orphan] = (), bad_patterns: Sequence[str] = ()) -> int:
     """Prints the per-file summary; returns 1 when a dump failed, a package did not load, a
-    committed cache is orphaned (regen_orphans.py) or, with --check, a cache differs."""
+    pattern named nothing, a committed cache is orphaned (regen_orphans.py) or, with --check,
+    a cache differs."""
     print("\nregen_cache summary:")
     for outcome in outcomes:
         if outcome.change is not None:
@@ -420,6 +509,8 @@ def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
                   f"{outcome.problem}")
     for orphan in orphans:
         print(f"  {orphan.advice()}")
+    for line in bad_patterns:
+        print(f"  {line}")
     for package in broken:
         print(f"  {package}: PACKAGE FAILED TO LOAD: its autotuned tests (if any) were not "
               "regenerated; fix the errors Bazel printed above and rerun")
@@ -428,8 +519,9 @@ def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
     written = "would change" if check else "rewritten"
     print(f"{len(outcomes)} cache(s): {len(differs)} {written}, {len(failed)} failed"
           + (f", {len(orphans)} orphaned" if orphans else "")
-          + (f", {len(broken)} package(s) failed to load" if broken else ""))
-    if failed or broken or orphans or (check and differs):
+          + (f", {len(broken)} package(s) failed to load" if broken else "")
+          + (f", {len(bad_patterns)} pattern(s) named nothing" if bad_patterns else ""))
+    if failed or broken or orphans or bad_patterns or (check and differs):
         return 1
     return 0
 

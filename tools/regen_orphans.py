@@ -26,18 +26,24 @@ the orphan is most likely that test's cache under its old name: the advice is th
 from __future__ import annotations
 
 import os
-import posixpath
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from regen_bazel import Bazel, DumpTarget, normalize_label
+from regen_bazel import (
+    Bazel,
+    DumpTarget,
+    file_package,
+    ignored_dirs,
+    is_package,
+    normalize_label,
+    workspace_universe,
+)
 
 # The macro's default cache name is `<name>` + this suffix.
 CACHE_FILE_SUFFIX = ".autotune.textproto"
 
-_BUILD_FILES = ("BUILD.bazel", "BUILD")
 
 
 @dataclass(frozen=True)
@@ -66,19 +72,6 @@ class Orphan:
         return f"{text}; delete it with `git rm {self.path}` (or point a test's `cache` at it)"
 
 
-def _ignored_dirs(workspace: Path) -> set[Path]:
-    """The directories .bazelignore lists (Bazel never loads packages there)."""
-    ignore = workspace / ".bazelignore"
-    if not ignore.is_file():
-        return set()
-    return {workspace / line.strip() for line in ignore.read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
-
-
-def _is_package(directory: Path) -> bool:
-    return any((directory / name).is_file() for name in _BUILD_FILES)
-
-
 def pattern_scope(pattern: str) -> tuple[str, bool] | None:
     """(package directory, whether the pattern covers the packages below it) of an absolute
     pattern of the main repository; None for another repository's."""
@@ -92,15 +85,18 @@ def pattern_scope(pattern: str) -> tuple[str, bool] | None:
     return package, target in ("...", "*", "all-targets")
 
 
-def scanned_universe(patterns: Sequence[str]) -> str:
-    """A query expression for every rule of the packages the patterns cover."""
+def scanned_universe(patterns: Sequence[str], workspace: Path | None = None) -> str:
+    """A query expression for every rule of the packages the patterns cover (`//...` without
+    Bazel's convenience symlinks when `workspace` is given: workspace_universe)."""
     parts = []
     for pattern in patterns:
         scope = pattern_scope(pattern)
         if scope is None:
             continue
         package, recursive = scope
-        if recursive:
+        if recursive and not package and workspace is not None:
+            parts.append(workspace_universe(workspace))
+        elif recursive:
             parts.append(f"//{package}/..." if package else "//...")
         else:
             parts.append(f"//{package}:all")
@@ -110,7 +106,7 @@ def scanned_universe(patterns: Sequence[str]) -> str:
 def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
     """The `*.autotune.textproto` files of the packages the patterns cover (workspace-relative,
     sorted): each file belongs to the nearest directory above it with a BUILD file."""
-    ignored = _ignored_dirs(workspace)
+    ignored = ignored_dirs(workspace)
     found: set[str] = set()
     for pattern in patterns:
         scope = pattern_scope(pattern)
@@ -118,7 +114,7 @@ def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
             continue
         package, recursive = scope
         top = workspace / package
-        if not top.is_dir() or not _is_package(top) and not recursive:
+        if not top.is_dir() or not is_package(top) and not recursive:
             continue
         for directory, subdirs, files in os.walk(top):
             here = Path(directory)
@@ -128,7 +124,7 @@ def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
                 d for d in subdirs
                 if not d.startswith(".") and not (here / d).is_symlink()
                 and here / d not in ignored
-                and (recursive or not _is_package(here / d)))
+                and (recursive or not is_package(here / d)))
             found.update(
                 (here / name).relative_to(workspace).as_posix() for name in files
                 if name.endswith(CACHE_FILE_SUFFIX) and _owning_package(workspace, here, top))
@@ -138,7 +134,7 @@ def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
 def _owning_package(workspace: Path, directory: Path, top: Path) -> bool:
     """Whether a file in `directory` belongs to a package at or below `top`."""
     for candidate in (directory, *directory.parents):
-        if _is_package(candidate):
+        if is_package(candidate):
             return candidate == top or top in candidate.parents
         if candidate in (top, workspace):
             return False
@@ -147,9 +143,7 @@ def _owning_package(workspace: Path, directory: Path, top: Path) -> bool:
 
 def file_label(path: str, workspace: Path) -> str:
     """The label of a source file: its package is the nearest directory with a BUILD file."""
-    directory = posixpath.dirname(path)
-    while directory and not _is_package(workspace / directory):
-        directory = posixpath.dirname(directory)
+    directory = file_package(path, workspace)
     name = path[len(directory) + 1:] if directory else path
     return f"//{directory}:{name}"
 
@@ -173,15 +167,16 @@ def find_orphans(bazel: Bazel, workspace: Path, patterns: Sequence[str],
     if not candidates:
         return []
     labels = {path: file_label(path, workspace) for path in candidates}
-    universe = scanned_universe(patterns)
+    universe = scanned_universe(patterns, workspace)
+    whole = workspace_universe(workspace)
     listed, complete = files_used_by_rules(bazel, universe, flags)
     candidates = [path for path in candidates if labels[path] not in listed]
-    if candidates and universe != "//...":
+    if candidates and universe != whole:
         # A rule in another package may list the file (a cache shared across packages).
         print(f"regen_cache: {len(candidates)} cache file(s) that no test of {universe} uses; "
               "looking for rules that use them in the whole workspace (//...)",
               file=sys.stderr, flush=True)
-        listed, complete = files_used_by_rules(bazel, "//...", flags)
+        listed, complete = files_used_by_rules(bazel, whole, flags)
         candidates = [path for path in candidates if labels[path] not in listed]
     missing = [t for t in targets if not (workspace / t.cache_path).is_file()]
     orphans = []

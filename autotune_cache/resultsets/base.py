@@ -1,8 +1,8 @@
 """What every result-set format shares: rows, the protocols, diff, merge policy and pruning.
 
-Decision: policy lives here, not in the CLI. `merge_sets` decides conflicts (`newest`,
-`fastest`, `error`) and checks formats; `prune_plan` decides what a prune drops and
-`apply_prune` deletes it, so autotune_cache/cli.py only parses arguments and prints.
+The policy is here, not in the CLI: `merge_sets` decides conflicts (`newest`, `fastest`,
+`error`) and checks formats; `prune_plan` decides what a prune drops and `apply_prune` deletes it.
+(docs/decisions/0006-policy-in-resultsets.md)
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from autotune_cache.tiers.memory import MemoryTier
 __all__ = ["DirectoryTier", "Found", "MemoryTier", "Tier", "build_tiers"]
 
 
-def build_tiers(settings: Settings) -> list[Tier]:
-    """The tiers `settings` asks for, in lookup order (memory, directory, remote)."""
+def build_tiers(settings: Settings, memory: MemoryTier | None = None) -> list[Tier]:
+    """The tiers `settings` asks for, in lookup order: this process's memory over the loaded
+    files (`memory`, or one built from settings.load_from), the directory, the remote server."""
     writable = settings.cache_mode == "update"
-    tiers: list[Tier] = [MemoryTier.from_files(settings.load_from)]
+    tiers: list[Tier] = [MemoryTier.from_files(settings.load_from) if memory is None else memory]
     if settings.cache_dir:
         tiers.append(DirectoryTier(settings.cache_dir, writable=writable))
     if settings.remote_cache:

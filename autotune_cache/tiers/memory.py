@@ -81,6 +81,17 @@ class MemoryTier:
             for k, entry in file.same_problem(key):
                 yield Found(entry, k, str(file.path))
 
+    def loaded_entries(self, kernel: str, *, max_entries: int, max_unparsed_bytes: int
+                       ) -> list[tuple[CacheKey, pb.Entry]]:
+        """Every (key, entry) of `kernel` in the loaded files, earlier files first; none when
+        they hold more than `max_entries` of them or more than `max_unparsed_bytes` of their
+        text is still unparsed (see Cache.loaded_entries)."""
+        files = self.loaded
+        if (sum(f.count_of(kernel) for f in files) > max_entries
+                or sum(f.unparsed_bytes_of(kernel) for f in files) > max_unparsed_bytes):
+            return []
+        return [item for file in files for item in file.items(kernel)]
+
     def lock(self, key: CacheKey, timeout: float) -> contextlib.nullcontext[bool]:
         """Nothing to lock: no other process sees this tier."""
         return contextlib.nullcontext(False)

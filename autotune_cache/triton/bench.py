@@ -191,9 +191,10 @@ class FakeBenchmarkRunner:
         return [float(self.fn(config, problem))] * len(QUANTILES)
 
 
-# Successive halving (target C of issue 13): every candidate is first screened with a short
-# benchmark, the best quarter is timed again with a longer one, and the best few of those with
-# the configured benchmark. Each screening stage: (warmup ms, rep ms, keep 1 in N).
+# Successive halving (docs/decisions/0013-successive-halving.md): every candidate is first
+# screened with a short benchmark, the best quarter is timed again with a longer one, and the best
+# few of those with the configured benchmark. Each screening stage: (warmup ms, rep ms, keep 1 in
+# N).
 SCREENING_STAGES: tuple[tuple[float, float, int], ...] = ((5.0, 10.0, 4), (10.0, 40.0, 4))
 # Never fewer candidates than this reach the next stage.
 MIN_SURVIVORS = 3
@@ -206,9 +207,9 @@ def halving_stages(benchmark: Benchmark, candidates: int
     (not CUDA graphs, the user's do_bench, the interpreter or the fake), only when there are
     more candidates than MIN_SURVIVORS, and only with stages shorter than the configured one.
 
-    Decision: screening only decides which candidates are timed again; the winner is always
-    chosen among those timed by the configured benchmark (plus reused timings). A candidate
-    dropped early records its last, shorter stage's median, under the same timing method."""
+    Screening only decides which candidates are timed again: the winner is always chosen among
+    those timed by the configured benchmark (plus reused timings). A candidate dropped early
+    records its last, shorter stage's median, under the same timing method."""
     final: list[tuple[Benchmark, int | None]] = [(benchmark, None)]
     if (not isinstance(benchmark, GpuBenchmark) or benchmark.use_cuda_graph
             or candidates <= MIN_SURVIVORS):

@@ -1,12 +1,11 @@
 """The device-wide benchmarking lock: one process at a time times kernels on a given GPU.
 
-Decision (see docs/triton.md): benchmarking takes a machine-local file lock named after the GPU's
-UUID, so concurrent test processes that tune on the same GPU do not skew each other's timings
-(`bazel test` runs many tests at once). Compilation stays outside the lock and in parallel. The
-lock is advisory: it orders our tuners, not unrelated work on the GPU. It is skipped under the CPU
-interpreter (its timings do not rank GPU configs anyway) and when a fake benchmark is installed.
-A process waits at most `timeout` seconds, then benchmarks anyway with a warning, so a stuck peer
-can never hang a test run.
+Benchmarking takes a machine-local file lock named after the GPU's UUID, so concurrent test
+processes that tune on the same GPU do not skew each other's timings. Compilation stays outside
+the lock. The lock is advisory (it orders our tuners, not unrelated work on the GPU), skipped
+under the CPU interpreter and when a fake benchmark is installed. A process waits at most
+`timeout` seconds, then benchmarks anyway with a warning, so a stuck peer never hangs a test run.
+(docs/decisions/0009-device-benchmark-lock.md)
 """
 
 from __future__ import annotations

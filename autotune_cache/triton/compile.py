@@ -1,23 +1,14 @@
 """Compile candidate configs in parallel before any of them is benchmarked.
 
-`triton.autotune` compiles each candidate lazily, on its first benchmark launch, one after the
-other (about 0.5 s each for the brief's matmul). We compile them all up front on a thread pool
-through Triton's own `AsyncCompileMode` (triton-lang/triton#7306; present in 3.6):
+Every candidate is compiled up front on a thread pool through Triton's own `AsyncCompileMode`:
 `JITFunction.run(..., warmup=True)` specialises the kernel for the real arguments and the
 config's constexprs / num_warps / num_stages, hands the compile to the pool and returns a
-future; nothing is launched. Triton's MLIR passes, LLVM and ptxas release the GIL, so threads
-scale with cores (measured: 2 threads compile 8 sm_90 matmul variants in half the time of one).
-Compiled kernels land in the JITFunction's in-memory cache and in TRITON_CACHE_DIR, so the
-benchmark launches that follow start immediately.
+future; nothing is launched. Compiled kernels land in the JITFunction's in-memory cache and in
+TRITON_CACHE_DIR, so the benchmark launches that follow start immediately.
 
-Decision: hooks run before each candidate is specialised, one candidate at a time, on the
-calling thread. A config's `pre_hook` may change how the arguments specialise: Triton's
-fused-attention tutorial sets each `TensorDescriptor.block_shape` in it, and the block shape is
-part of the specialisation. Triton runs that hook before the candidate's first (compiling)
-launch, so we call `prepare(config)` right before `run(warmup=True)` for that config.
-Specialisation is synchronous (only the compile of an already-built source goes to the pool,
-and it does not read the argument objects), so the next candidate's hook cannot race with it,
-and the compile stays parallel.
+A candidate's hooks (`prepare(config)`, its `pre_hook`) run on the calling thread right before
+that candidate is specialised, one candidate at a time, as Triton runs them before a candidate's
+first launch. (docs/decisions/0012-hooks-before-specialisation.md)
 """
 
 from __future__ import annotations

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from autotune_cache.proto import autotune_results_pb2 as pb
-
-# Launch options a triton.Config carries next to its meta-parameters.
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-
-
-def _param_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def _canonical(params: Mapping[str, Any], options: Mapping[str, Any], extra: str = "") -> str:
-    parts = [f"{k}={_param_text(params[k])}" for k in sorted(params)]
-    parts += [f"{k}={options[k]}" for k in _OPTIONS if options.get(k) is not None]
-    text = ",".join(parts)
-    return f"{text};{extra}" if extra else text
+from autotune_cache.tuning import LAUNCH_OPTIONS, canonical_text, config_text, param_value
 
 
 def _config_options(config: Any) -> dict[str, Any]:
-    return {k: getattr(config, k, None) for k in _OPTIONS}
+    return {k: getattr(config, k, None) for k in LAUNCH_OPTIONS}
 
 
 def canonical_config(config: Any) -> str:
@@ -45,16 +28,14 @@ def canonical_config(config: Any) -> str:
         hook = config.pre_hook
         name = getattr(hook, "__qualname__", repr(hook))
         extra.append(f"pre_hook={getattr(hook, '__module__', '')}.{name}")
-    return _canonical(config.kwargs, _config_options(config), ";".join(extra))
+    return canonical_text(config.kwargs, _config_options(config), ";".join(extra))
 
 
 def canonical_proto_config(msg: pb.Config) -> str:
-    """Canonical text of a recorded Config: meta-parameters and launch options only. Equals
-    match_text() of the triton.Config it was recorded from (and canonical_config() when that
-    config has no pre_hook or ir_override)."""
-    params = {p.name: _param_value(p) for p in msg.params}
-    options = {k: getattr(msg, k) for k in _OPTIONS if msg.HasField(k)}
-    return _canonical(params, options)
+    """Canonical text of a recorded Config: meta-parameters and launch options only
+    (tuning.config_text). Equals match_text() of the triton.Config it was recorded from (and
+    canonical_config() when that config has no pre_hook or ir_override)."""
+    return config_text(msg)
 
 
 def match_text(config: Any) -> str:
@@ -86,11 +67,6 @@ def _param_proto(name: str, value: Any) -> pb.Param:
     return pb.Param(name=name, string_value=str(value))
 
 
-def _param_value(param: pb.Param) -> Any:
-    kind = param.WhichOneof("value")
-    return getattr(param, kind) if kind else None
-
-
 def config_to_proto(config: Any) -> pb.Config:
     """The results-file form of a triton.Config (meta-parameters sorted by name)."""
     msg = pb.Config(params=[_param_proto(k, config.kwargs[k]) for k in sorted(config.kwargs)])
@@ -104,8 +80,8 @@ def config_from_proto(msg: pb.Config) -> Any:
     """A triton.Config equal to the recorded one (string meta-parameters stay strings)."""
     import triton
 
-    kwargs = {p.name: _param_value(p) for p in msg.params}
-    options = {k: getattr(msg, k) for k in _OPTIONS if msg.HasField(k)}
+    kwargs = {p.name: param_value(p) for p in msg.params}
+    options = {k: getattr(msg, k) for k in LAUNCH_OPTIONS if msg.HasField(k)}
     return triton.Config(kwargs, **options)
 
 

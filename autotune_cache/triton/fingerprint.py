@@ -39,8 +39,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-# Bumped when the fingerprint recipe changes, so old entries read as "kernel source changed".
-FINGERPRINT_VERSION = "1"
+from autotune_cache.key import KEY_SCHEME
 
 _IGNORED_MODULE_PREFIXES = ("triton.language", "triton.experimental")
 
@@ -138,7 +137,9 @@ def _resolve(scope: dict[str, Any], name: str, attr: str | None) -> Any:
 
 
 def _fingerprint(kernel: Any, fn: Callable[..., Any], stack: tuple[int, ...]) -> str:
-    hasher = hashlib.sha256(f"v{FINGERPRINT_VERSION}\n".encode())
+    # The recipe's version is the key scheme: a change to this recipe bumps key.KEY_SCHEME, so
+    # old entries read as "written with key scheme N", not as an edited kernel.
+    hasher = hashlib.sha256(f"v{KEY_SCHEME}\n".encode())
     src = _kernel_source(kernel, fn)
     hasher.update(src.encode())
     tree = ast.parse(src)

@@ -1,23 +1,13 @@
 """The keyword arguments a candidate config is launched (and compiled) with.
 
-`triton.Config.all_kwargs()` lists the config's meta-parameters and every launch option it
-carries (`num_warps`, `num_ctas`, `num_stages`, `maxnreg`), defaults included. Passing an option
-that only repeats the backend's default costs a launch about 3 µs on the H200 host (measured with
-bench/triton_launch_overhead.py-style loops: a plain launch 26.8 µs, the same launch with
-`num_warps=4, num_ctas=1, num_stages=3` spelled out 30.0 µs): Triton keys its in-memory kernel
-cache on the text of those options and binds them on every launch.
-
-Decisions:
-- Options equal to the active backend's defaults (`parse_options({})`) are left out; the
-  backend fills them in again, so the compiled kernel is the same one (its on-disk hash is
-  computed from the parsed options).
-- Every launch of a candidate goes through `launch_kwargs`: the compile ahead of benchmarking,
-  the benchmarks, the recorded specialization (`JITFunction.preload` files the kernel under the
-  key its launch computes) and the hit path; so they all find one kernel in Triton's in-memory
-  cache.
-- Hooks still receive `all_kwargs()`, as in triton.autotune.
-- Where the defaults cannot be read (the interpreter, a Triton without these internals),
-  nothing is left out.
+`launch_kwargs` is `triton.Config.all_kwargs()` without the launch options (`num_warps`,
+`num_ctas`, `num_stages`, `maxnreg`) equal to the active backend's defaults (`parse_options({})`):
+the backend fills them in again, so the compiled kernel is the same one, and a launch does not pay
+for binding them (about 3 µs on the H200 host). Where the defaults cannot be read (the
+interpreter, a Triton without these internals), nothing is left out. Every launch of a candidate
+goes through it (the compile ahead of benchmarking, the benchmarks, the recorded specialization
+and the hit path), so they all find one kernel in Triton's in-memory cache; hooks still receive
+`all_kwargs()`, as in triton.autotune. (docs/decisions/0010-launch-options.md)
 """
 
 from __future__ import annotations

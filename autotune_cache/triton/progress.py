@@ -1,4 +1,5 @@
-"""Progress lines on stderr while a key is being tuned.
+"""Progress lines while a key is being tuned (through autotune_cache.console: pytest's terminal
+under the plugin, else logging or stderr).
 
 Quick tunings stay quiet. Once a tuning has run for `QUIET_SECONDS`, or always when
 AUTOTUNE_PROGRESS=1 (or Triton's TRITON_PRINT_AUTOTUNING=1) is set, every benchmarked config gets a
@@ -7,12 +8,11 @@ line; AUTOTUNE_PROGRESS=0 silences them entirely.
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
 
-from autotune_cache import env
+from autotune_cache import console, env
 
 PROGRESS_ENV = env.AUTOTUNE_PROGRESS
 QUIET_SECONDS = 1.0
@@ -27,7 +27,7 @@ class Progress:
     device: str
     total: int
     reused: int
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    say: Callable[[str], None] = field(default=console.say)
 
     def __post_init__(self) -> None:
         self.mode = env.progress_mode()
@@ -41,7 +41,7 @@ class Progress:
         return self.mode == "always" or time.perf_counter() - self.started >= QUIET_SECONDS
 
     def _print(self, line: str) -> None:
-        print(f"autotune_cache: {line}", file=self.stream, flush=True)
+        self.say(f"autotune_cache: {line}")
 
     def _header(self) -> None:
         if not self.header_printed:

@@ -4,22 +4,14 @@
 Triton's compile cache at the same server as our results, so a fleet compiles each winner once:
 the first machine compiles it and uploads the binaries, every later sandbox downloads them.
 
-Decisions:
-- Triton's own machinery does the work: `TRITON_CACHE_MANAGER=triton.runtime.cache:
-  RemoteCacheManager` (it keeps a local copy of everything in TRITON_CACHE_DIR and asks the
-  remote backend first). Only the backend is ours, because Triton's `RedisRemoteCacheBackend`
-  takes just TRITON_REDIS_HOST/PORT (no database number, no password, no timeouts) and lets an
-  unreachable server fail the compile. Ours takes the URL of --autotune_remote_cache, uses 2 s
-  timeouts, keeps its keys under `autotune_cache:v1:triton:` and, when the server is down,
-  warns once and answers "not cached", so Triton compiles locally: the shared cache is an
-  accelerator, never a dependency (as for the results tier).
+- It sets `TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager` (through `env`, so
+  child processes inherit it), with this module's backend: the URL of --autotune_remote_cache,
+  2 s timeouts, keys under `autotune_cache:v1:triton:`, and, when the server is down, one warning
+  and "not cached" answers, so Triton compiles locally. A TRITON_CACHE_MANAGER the user set wins,
+  with a warning.
 - Values larger than MAX_VALUE_BYTES are neither uploaded nor used.
-- Trust: compiled kernels are code. A server that can write them can run code on every GPU
-  machine of the fleet, exactly as a writable ~/.triton/cache can on one machine; only turn this
-  on for a server the fleet controls. Triton keys its files by the hash of the source,
-  compiler options and toolchain, so machines with another Triton or CUDA never share binaries.
-- It is configured through the environment variables Triton reads (through `env`), so child
-  processes inherit it; a TRITON_CACHE_MANAGER the user set wins, with a warning.
+- Compiled kernels are code: only turn this on for a server the fleet controls (docs/security.md).
+(docs/decisions/0011-remote-compile-cache.md)
 """
 
 from __future__ import annotations

@@ -9,11 +9,17 @@ spelling of Triton's decorator (`triton.autotune`, `triton.runtime.autotune`,
 share entries. Kernels decorated with `autotune_cache.triton.autotune` keep their plain name, so
 committed caches of the user's own kernels stay valid.
 
-Decision: kernels that a library decorated before the switch (real Triton `Autotuner` objects)
-are not adopted, only named in an UnroutedKernelsWarning with the fix; docs/triton.md ("Third-party
-kernels") says why. The same places are scanned for modules that imported Triton's decorator
+Kernels that a library decorated before the switch (real Triton `Autotuner` objects) are not
+adopted, only named in an UnroutedKernelsWarning with the fix
+(docs/decisions/0018-no-adoption-of-built-tuners.md). The same places are scanned for modules that imported Triton's decorator
 itself by name before the switch (`from triton import autotune`): kernels they decorate later
 stay on Triton's autotuner too.
+
+`cache_results=True` (or TRITON_CACHE_AUTOTUNING=1), with which a library asked Triton to keep
+its results on disk, is honoured for routed kernels: unless the flags give the process a
+persistent tier of their own (a cache directory, results files to load, a dump, a Redis server),
+the process cache gains the directory tier `<Triton's cache dir>/autotune_cache`, said once at
+INFO level (see `honour_cache_results`).
 
 Three ways to switch it on: `install()` / `uninstall()` / `with installed():` from Python;
 `AUTOTUNE_FLAGS=--autotune_all_kernels` in any process (and its subprocesses) whose
@@ -32,7 +38,8 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from triton.runtime import autotuner as _triton_autotuner
@@ -75,10 +82,53 @@ def qualified_name(fn: Any) -> str:
     return f"{base.__module__}.{base.__qualname__}"
 
 
+CACHE_RESULTS_DIR = "autotune_cache"  # under Triton's cache directory
+_honoured: set[int] = set()  # id() of the process caches that got (or declined) the tier
+
+
+def honour_cache_results() -> Path | None:
+    """A routed kernel asked Triton to cache its results on disk (`cache_results=True`, or
+    TRITON_CACHE_AUTOTUNING=1): give the process cache the directory tier
+    `<Triton's cache dir>/autotune_cache`, unless its flags already name where results live
+    (--autotune_cache_dir, --load_autotune_results_from, --dump_autotune_results_to,
+    --autotune_remote_cache: then they decide, and nothing is added). Once per process cache;
+    returns the directory added, else None. Said once at INFO level."""
+    from triton import knobs
+
+    from autotune_cache.cache import get_cache
+    from autotune_cache.tiers import DirectoryTier
+
+    cache = get_cache()
+    with _lock:
+        if id(cache) in _honoured:
+            return None
+        _honoured.add(id(cache))
+        s = cache.settings
+        if s.cache_dir or s.load_from or s.dump_to or s.remote_cache:
+            log.debug("autotune_cache: cache_results=True of a routed kernel: the flags name "
+                      "where results live, so no directory tier is added")
+            return None
+        directory = Path(knobs.cache.dir) / CACHE_RESULTS_DIR
+        tier = DirectoryTier(directory, writable=s.cache_mode == "update")
+        cache.tiers.insert(1, tier)  # after memory, before a remote tier: the lookup order
+        cache.settings = replace(s, cache_dir=directory)
+    log.info("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) of a routed "
+             "kernel: results are kept in the directory tier %s; --autotune_cache_dir or "
+             "another persistent flag in AUTOTUNE_FLAGS decides instead", directory)
+    return directory
+
+
 def routed_autotune(*args: Any, **kwargs: Any) -> Callable[[Any], Autotuner]:
     """`triton.autotune` while install() is in effect: `autotune_cache.triton.autotune` (same
-    arguments) whose tuner keys its entries by the kernel's module-qualified name."""
+    arguments) whose tuner keys its entries by the kernel's module-qualified name. A kernel with
+    `cache_results=True` (or TRITON_CACHE_AUTOTUNING=1) keeps results on disk
+    (honour_cache_results)."""
     decorate = autotune(*args, **kwargs)
+    from triton import knobs
+
+    bound = _AUTOTUNE_SIGNATURE.bind_partial(*args, **kwargs).arguments
+    if bound.get("cache_results") or knobs.autotuning.cache:
+        honour_cache_results()
 
     def decorator(fn: Any) -> Autotuner:
         tuner = decorate(fn)
@@ -88,7 +138,8 @@ def routed_autotune(*args: Any, **kwargs: Any) -> Callable[[Any], Autotuner]:
     return decorator
 
 
-routed_autotune.__signature__ = inspect.signature(autotune)  # type: ignore[attr-defined]
+_AUTOTUNE_SIGNATURE = inspect.signature(autotune)
+routed_autotune.__signature__ = _AUTOTUNE_SIGNATURE  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

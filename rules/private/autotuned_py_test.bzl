@@ -24,6 +24,7 @@ load(
     "XLA_FLAGS_ENV",
 )
 load(":dump_test.bzl", "DUMP_DROPPED_KWARGS", "autotuned_dump_test")
+load(":env_channel.bzl", "is_select")
 load(":flags.bzl", "autotune_flags", "xla_flags")
 load(":load_test.bzl", "autotuned_load_test")
 
@@ -73,7 +74,7 @@ def _default_main(name, srcs):
         ))
     return matches[0]
 
-def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_per_fusion_cache_dir):
+def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_per_fusion_cache_dir, all_kernels):
     """Returns a copy of the user's env with the macro's flags set for one mode.
 
     The user's `env` AUTOTUNE_FLAGS / XLA_FLAGS and the macro's own flags go together into
@@ -81,6 +82,19 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
     XLA_FLAGS themselves: `bazel test --test_env=AUTOTUNE_FLAGS=...` would replace those, and
     the test would silently stop loading its cache. The library (AUTOTUNE_FLAGS) and the test
     wrapper (XLA_FLAGS) apply both variables, and fail on a flag the two set differently.
+
+    Args:
+      name: the macro's `name`.
+      backend: "triton" or "xla".
+      env: the user's env (a dict; {} when it is a select()).
+      cache_path: the cache's flag path, or None when it does not exist yet.
+      dump: True for the `.dump` target.
+      require_complete: the macro's `require_complete` (load mode only).
+      xla_per_fusion_cache_dir: the macro's `xla_per_fusion_cache_dir`.
+      all_kernels: the macro's `all_kernels` (backend "triton" only).
+
+    Returns:
+      The env dict with the macro's flag variable set.
     """
     result = dict(env)
     if backend == "triton":
@@ -92,6 +106,7 @@ def _env_with_flags(name, backend, env, cache_path, dump, require_complete, xla_
             cache_path = cache_path,
             dump = dump,
             require_complete = require_complete,
+            all_kernels = all_kernels,
         )
     else:
         result.pop(XLA_FLAGS_ENV, None)
@@ -122,6 +137,7 @@ def autotuned_py_test(
         backend = "triton",
         runner = "main",
         require_complete = True,
+        all_kernels = False,
         xla_per_fusion_cache_dir = None,
         shard_test_cases = True,
         dump_size = "large",
@@ -170,11 +186,15 @@ def autotuned_py_test(
       srcs: Python sources, as for py_test. `main` must be among them; by default it is the
         one whose path ends in `<name>.py` (e.g. `tests/<name>.py`), as for py_test.
       deps: py_test deps. Add `@rules_autotune//:autotune_cache` for the Triton backend.
-      data: py_test data; the cache file is appended.
+      data: py_test data (a list or a select()); the cache file is appended.
       env: py_test env. An `AUTOTUNE_FLAGS` / `XLA_FLAGS` value given here is kept and the
         macro's flags are appended, together in RULES_AUTOTUNE_MACRO_FLAGS /
         RULES_AUTOTUNE_MACRO_XLA_FLAGS (see `<name>`); setting a flag the macro owns (load,
-        dump, require complete, per-fusion dir) is an error.
+        dump, require complete, per-fusion dir) is an error. A select() is accepted, as by
+        py_test: it stays the target's env unchanged (its AUTOTUNE_FLAGS / XLA_FLAGS are then
+        read as the user's flags at run time, and a macro-owned flag in them is only caught
+        when it conflicts), and the macro's own variables reach the test through leading
+        `args` that the test wrapper removes (env_channel.bzl).
       cache: the committed results file: a file name relative to this package, or a label
         (string or `Label`) of a source file in the test's own repository; every spelling of
         that repository is accepted (`//`, `@//`, `@@//`, `@<its name>//`). Default
@@ -194,6 +214,11 @@ def autotuned_py_test(
         detected: a pytest file run as "main" defines its tests and runs none.
       require_complete: in load mode a missing result is an error naming the regen command,
         instead of a silent re-tune. Never applied to `.dump`.
+      all_kernels: backend "triton" only: route every `triton.autotune` in the test process
+        through the cache (third-party kernels too), in both modes. Adds
+        `--autotune_all_kernels` to the macro's flags; with `runner = "main"` the test wrapper
+        switches the routing on before the main is imported, with `runner = "pytest"` the
+        plugin does (its `--autotune-all-kernels`).
       xla_per_fusion_cache_dir: backend "xla" only: passed as
         `--xla_gpu_per_fusion_autotune_cache_dir` in both modes. XLA does not guarantee this
         per-fusion cache works together with the results file; leave it None unless needed.
@@ -209,6 +234,7 @@ def autotuned_py_test(
       dump_tags: extra tags of `<name>.dump` only (e.g. a pool or `requires-gpu` tag).
       **kwargs: anything else py_test takes (shard_count, size, timeout, tags, args, main,
         visibility, ...). `.dump` gets the same except shard_count, flaky, size and timeout.
+        `args` may be a select(), as for py_test.
     """
     if backend not in _BACKENDS:
         fail("autotuned_py_test(name = \"{}\"): backend = \"{}\" is not one of {}.".format(
@@ -220,12 +246,22 @@ def autotuned_py_test(
         fail(("autotuned_py_test(name = \"{}\"): xla_per_fusion_cache_dir only applies to " +
               "backend = \"xla\"; for Triton put --autotune_cache_dir=DIR in " +
               "env[\"AUTOTUNE_FLAGS\"].").format(name))
+    if all_kernels and backend != "triton":
+        fail(("autotuned_py_test(name = \"{}\"): all_kernels = True routes Triton's " +
+              "autotuner, and backend = \"{}\" tunes with XLA; drop all_kernels or use " +
+              "backend = \"triton\".").format(name, backend))
     if runner not in _RUNNERS:
         fail("autotuned_py_test(name = \"{}\"): runner = \"{}\" is not one of {}.".format(
             name,
             runner,
             ", ".join(_RUNNERS),
         ))
+
+    # A select() env stays the target's env as it is; the macro's variables then go through
+    # `args` (env_channel.bzl), so nothing of the user's can be lost and nothing is checked.
+    select_env = env if is_select(env) else None
+    if select_env != None:
+        env = {}
     for reserved in _RESERVED_ENV:
         if reserved in env:
             fail(("autotuned_py_test(name = \"{}\"): env[\"{}\"] is set by the macro; " +
@@ -236,6 +272,7 @@ def autotuned_py_test(
     regen_hint = "bazel run {}:{}{}".format(label_prefix, name, REGEN_TARGET_SUFFIX)
     tags = kwargs.pop("tags", [])
     main = kwargs.pop("main", None)
+    args = kwargs.pop("args", [])
 
     # Sharded load tests and every `.dump` run the user's main through the wrapper: it gives
     # unittest mains Bazel's sharding protocol, and refuses sharded dumps. py_test's default
@@ -255,6 +292,7 @@ def autotuned_py_test(
         dump = False,
         require_complete = require_complete,
         xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
+        all_kernels = all_kernels,
     )
     autotuned_load_test(
         name = name,
@@ -262,13 +300,17 @@ def autotuned_py_test(
         deps = deps,
         data = data,
         env = load_env,
+        select_env = select_env,
+        args = args,
         location = location,
         regen_hint = regen_hint,
         user_main = user_main,
         main = main,
         wrapper = wrapper,
-        # Backend "xla": the wrapper sets XLA_FLAGS from the macro's and the user's flags.
-        always_wrap = runner == "pytest" or backend == "xla",
+        # Backend "xla": the wrapper sets XLA_FLAGS from the macro's and the user's flags. A
+        # select() env: the wrapper sets the macro's variables. all_kernels: the wrapper
+        # switches the routing on before the main runs.
+        always_wrap = runner == "pytest" or backend == "xla" or select_env != None or all_kernels,
         shard_test_cases = shard_test_cases,
         tags = tags,
         **kwargs
@@ -286,7 +328,10 @@ def autotuned_py_test(
             dump = True,
             require_complete = False,
             xla_per_fusion_cache_dir = xla_per_fusion_cache_dir,
+            all_kernels = all_kernels,
         ),
+        select_env = select_env,
+        args = args,
         location = location,
         regen_hint = regen_hint,
         label_prefix = label_prefix,

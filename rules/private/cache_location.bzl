@@ -3,7 +3,8 @@
 Every spelling of a file in the test's own repository is accepted: a file name relative to the
 package (`"x.textproto"`, `":x.textproto"`), a label string (`"//pkg:x.textproto"`,
 `"@//pkg:x.textproto"`, `"@@//pkg:x.textproto"`, `"@<root module or workspace
-name>//pkg:x.textproto"`) and a `Label` object. A file in another repository is refused: its
+name>//pkg:x.textproto"`) and a `Label` object. The workspace's own name is resolved through
+Bazel's repository mapping (Label() on Bazel < 6.3, package_relative_label after). A file in another repository is refused: its
 `.regen` would have to write into a source tree that Bazel does not let the test's repository
 write.
 """
@@ -86,11 +87,13 @@ def _parts_from_string(name, cache, package):
     if cache.startswith("@"):
         repository, separator, rest = cache.lstrip("@").partition("//")
         if not separator:
-            fail("autotuned_py_test(name = \"{}\"): cache = \"{}\" is not a label.".format(name, cache))
+            fail(("autotuned_py_test(name = \"{}\"): cache = \"{}\" is not a label: write " +
+                  "\"//pkg:file\" or a file name of this package.").format(name, cache))
         if repository and repository != current_repository():
-            # Bazel 4 cannot tell whether `@x//` is the main repository's own name; a label
-            # that names it is most likely a copy-paste from another workspace.
-            _other_repository(name, cache, repository)
+            # Label() applies the repository mapping, which maps the main workspace's own name
+            # (`workspace(name = "myws")`, so `@myws//pkg:file`) to the main repository
+            # (checked on Bazel 4.2.3). Any other name is another repository.
+            return _parts_from_label(name, cache, Label(cache))
         cache = "//" + rest
     if cache.startswith("//"):
         cache_package, _, file_name = cache[2:].partition(":")

@@ -34,6 +34,12 @@ SHARD_TEST_CASES_ENV = "AUTOTUNE_SHARD_TEST_CASES"
 # pytest instead of as `__main__`.
 RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
 
+# When the user's `env` is a select(), the macro cannot add its variables to it (Bazel 4 cannot
+# concatenate dict selects), so it passes each as a leading `args` entry
+# `--rules_autotune_env=NAME=VALUE`; the test wrapper sets them and drops those arguments before
+# the main (or pytest) sees its arguments.
+ENV_ARG_PREFIX = "--rules_autotune_env="
+
 # The flag variables: our library's and XLA's.
 AUTOTUNE_FLAGS_ENV = "AUTOTUNE_FLAGS"
 XLA_FLAGS_ENV = "XLA_FLAGS"

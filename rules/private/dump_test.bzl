@@ -11,6 +11,7 @@ load(
     "REGEN_TARGET_SUFFIX",
     "TEST_MAIN_ENV",
 )
+load(":env_channel.bzl", "env_and_args")
 
 # py_test attributes that make no sense on the `.dump` target: it is never sharded, a flaky
 # retry would hide a failed dump, and tuning takes far longer than loading (its own size and
@@ -27,6 +28,8 @@ def autotuned_dump_test(
         deps,
         data,
         env,
+        select_env,
+        args,
         location,
         regen_hint,
         label_prefix,
@@ -46,7 +49,10 @@ def autotuned_dump_test(
       srcs: the user's srcs.
       deps: the user's deps.
       data: the user's data.
-      env: the user's env with the dump-mode macro flags already set.
+      env: the user's env with the dump-mode macro flags already set ({} plus the macro's
+        variables when the user's env is a select()).
+      select_env: the user's env when it is a select(), else None (env_channel.bzl).
+      args: the user's args (a list or a select()).
       location: the resolved cache (cache_location.bzl).
       regen_hint: the command that regenerates the cache.
       label_prefix: "@repo//pkg" of this package ("//pkg" in the main repository).
@@ -69,13 +75,15 @@ def autotuned_dump_test(
     if exec_properties:
         dump_kwargs["exec_properties"] = exec_properties
     locality = [] if exec_properties else ["no-remote-exec"]
+    test_env, test_args = env_and_args(dump_env, select_env, args)
     py_test(
         name = name + DUMP_TARGET_SUFFIX,
         srcs = srcs + [wrapper],
         main = wrapper,
         deps = deps,
         data = data + ([location.label] if location.exists else []) + [user_main],
-        env = dump_env,
+        env = test_env,
+        args = test_args,
         shard_count = 1,
         size = size,
         timeout = timeout,

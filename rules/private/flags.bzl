@@ -13,6 +13,7 @@ DUMP_PATH = OUTPUTS_PREFIX + DUMP_FILE_NAME
 _LOAD = "--load_autotune_results_from"
 _DUMP = "--dump_autotune_results_to"
 _REQUIRE = "--require_complete_autotune_results"
+_ALL_KERNELS = "--autotune_all_kernels"
 
 # XLA's flags (see docs/architecture.md and shared/BRIEF.md).
 _XLA_LOAD = "--xla_gpu_load_autotune_results_from"
@@ -38,7 +39,7 @@ def _check_not_set(target, env_var, tokens, owned):
                   "target. Remove it from env and use the `cache` / `require_complete` " +
                   "attributes instead.").format(target = target, var = env_var, flag = _flag_name(token)))
 
-def autotune_flags(target, user_flags, cache_path, dump, require_complete):
+def autotune_flags(target, user_flags, cache_path, dump, require_complete, all_kernels = False):
     """Returns the AUTOTUNE_FLAGS value for the Triton backend.
 
     Args:
@@ -47,6 +48,7 @@ def autotune_flags(target, user_flags, cache_path, dump, require_complete):
       cache_path: "TEST_WORKSPACE/$(rootpath ...)" of the committed cache, or None when it does not exist yet.
       dump: True for the `.dump` target (dump to the test outputs, never require complete).
       require_complete: add --require_complete_autotune_results (load mode only).
+      all_kernels: add --autotune_all_kernels (route every triton.autotune through the cache).
 
     Returns:
       The space-separated flag string.
@@ -70,6 +72,8 @@ def autotune_flags(target, user_flags, cache_path, dump, require_complete):
         kept.append(_DUMP + "=" + DUMP_PATH)
     elif require_complete:
         kept.append(_REQUIRE)
+    if all_kernels and _ALL_KERNELS not in [_flag_name(token) for token in kept]:
+        kept.append(_ALL_KERNELS)
     return " ".join(kept)
 
 def xla_flags(target, user_flags, cache_path, dump, require_complete, per_fusion_cache_dir):

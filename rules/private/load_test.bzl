@@ -8,6 +8,7 @@ load(
     "SHARD_TEST_CASES_ENV",
     "TEST_MAIN_ENV",
 )
+load(":env_channel.bzl", "env_and_args")
 
 def autotuned_load_test(
         name,
@@ -15,6 +16,8 @@ def autotuned_load_test(
         deps,
         data,
         env,
+        select_env,
+        args,
         location,
         regen_hint,
         user_main,
@@ -31,7 +34,10 @@ def autotuned_load_test(
       srcs: the user's srcs.
       deps: the user's deps.
       data: the user's data (the cache is appended when it exists).
-      env: the user's env with the load-mode macro flags already set.
+      env: the user's env with the load-mode macro flags already set ({} plus the macro's
+        variables when the user's env is a select()).
+      select_env: the user's env when it is a select(), else None (env_channel.bzl).
+      args: the user's args (a list or a select()).
       location: the resolved cache (cache_location.bzl).
       regen_hint: the command that regenerates the cache, for the miss message.
       user_main: the user's main file (explicit, or the default one).
@@ -61,12 +67,14 @@ def autotuned_load_test(
         load_kwargs["main"] = wrapper
     elif main != None:
         load_kwargs["main"] = main
+    test_env, test_args = env_and_args(load_env, select_env, args)
     py_test(
         name = name,
         srcs = load_srcs,
         deps = deps,
         data = load_data,
-        env = load_env,
+        env = test_env,
+        args = test_args,
         tags = tags + [AUTOTUNED_TAG],
         **load_kwargs
     )

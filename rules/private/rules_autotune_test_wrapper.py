@@ -24,6 +24,15 @@ Three jobs, chosen by the environment the macro sets:
   macro's flags; a flag both set differently fails the test naming both (`merge_xla_flags`).
   (AUTOTUNE_FLAGS needs nothing here: the library reads RULES_AUTOTUNE_MACRO_FLAGS itself.)
 
+- `env = select(...)` (leading `--rules_autotune_env=NAME=VALUE` arguments): the macro could not
+  add its variables to a select() env, so it passed them as arguments; they are set in the
+  environment and removed from sys.argv before anything else (`apply_env_arguments`).
+
+- `all_kernels = True` (`--autotune_all_kernels` in the flags), runner "main": every
+  `triton.autotune` is routed through the cache before the main is imported
+  (`autotune_cache.triton.routing.install_from_settings`); pytest's plugin does it for runner
+  "pytest".
+
 Otherwise it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
 Standard library only at import time: this file is also used when rules_autotune is an external
 repository. The pytest branch imports pytest and the plugin, which `runner = "pytest"` targets
@@ -40,7 +49,7 @@ import os
 import runpy
 import sys
 import unittest
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 
 # Exit code for a test that cannot run as configured (distinct from a failing test's 1).
@@ -55,6 +64,32 @@ RUNNER_ENV = "AUTOTUNE_TEST_RUNNER"
 MACRO_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_FLAGS"
 MACRO_XLA_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_XLA_FLAGS"
 XLA_FLAGS_ENV = "XLA_FLAGS"
+AUTOTUNE_FLAGS_ENV = "AUTOTUNE_FLAGS"
+ENV_ARG_PREFIX = "--rules_autotune_env="
+ALL_KERNELS_FLAG = "--autotune_all_kernels"
+
+
+def apply_env_arguments(argv: list[str], environ: MutableMapping[str, str]) -> list[str]:
+    """Sets the leading `--rules_autotune_env=NAME=VALUE` arguments (the macro's variables of a
+    target whose `env` is a select()) in `environ`; returns argv without them."""
+    rest = list(argv[1:])
+    while rest and rest[0].startswith(ENV_ARG_PREFIX):
+        name, separator, value = rest.pop(0)[len(ENV_ARG_PREFIX):].partition("=")
+        if not name or not separator:
+            raise SystemExit(f"autotuned test: malformed {ENV_ARG_PREFIX}NAME=VALUE argument "
+                             f"{name!r}; autotuned_py_test writes these, do not pass them.")
+        environ[name] = value
+    return [argv[0], *rest]
+
+
+def wants_all_kernels(env: Mapping[str, str]) -> bool:
+    """Whether the flags (AUTOTUNE_FLAGS, then the macro's) say --autotune_all_kernels."""
+    for variable in (AUTOTUNE_FLAGS_ENV, MACRO_FLAGS_ENV):
+        for token in env.get(variable, "").split():
+            name, _, value = token.partition("=")
+            if name == ALL_KERNELS_FLAG:
+                return value.lower() in ("", "1", "true", "yes")
+    return False
 
 
 def merge_xla_flags(env: Mapping[str, str]) -> str | None:
@@ -382,6 +417,7 @@ def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
 def main() -> None:
     """Checks or installs sharding, then runs the user's main as py_test would have (or with
     pytest, for `runner = "pytest"`)."""
+    sys.argv = apply_env_arguments(sys.argv, os.environ)
     problem = sharding_error(os.environ)
     if problem:
         print(problem, file=sys.stderr)
@@ -419,6 +455,13 @@ def main() -> None:
             sharding.status_file.unlink(missing_ok=True)
         if sharding.split_cases:
             install_unittest_sharding(sharding)
+    if wants_all_kernels(os.environ):
+        # Before the main imports the libraries whose kernels it routes. A failure here is
+        # the test's failure: all_kernels = True must never silently leave Triton's tuner on.
+        from autotune_cache.flags import settings_from_env
+        from autotune_cache.triton.routing import install_from_settings
+
+        install_from_settings(settings_from_env())
     sys.argv[0] = str(user_main)
     exit_request: SystemExit | None = None
     try:

@@ -34,6 +34,15 @@ autotuned_py_test(
     srcs = ["vector_add_test.py"],
     deps = [":kernels"],
 )
+
+# The cache spelled with the workspace's own name (issue 19, item 6).
+autotuned_py_test(
+    name = "own_name_test",
+    srcs = ["vector_add_test.py"],
+    cache = "@user_workspace//app:own_name.autotune.textproto",
+    main = "vector_add_test.py",
+    deps = [":kernels"],
+)
 """
 
 
@@ -114,3 +123,33 @@ def test_test_of_another_repository_names_it_in_hint_and_regen(user_workspace: W
     assert "no such package" not in regen.output, regen.output
     assert ("@ext_lib//lib:lib_test.dump belongs to repository @ext_lib, and regen_cache writes "
             "caches only into the main workspace's source tree") in regen.output, regen.output
+
+
+@pytest.mark.bazel
+def test_a_cache_label_with_the_workspaces_own_name_is_this_repository(
+        user_workspace: Workspace) -> None:
+    """`cache = "@user_workspace//app:..."` names the main repository (its `workspace(name)`):
+    Bazel's repository mapping says so, and the macro uses it. Before, the BUILD file failed
+    with "... is in repository @user_workspace ... Copy the file into this repository"."""
+    ws = user_workspace
+    regen = ws.run("run", "//app:own_name_test.regen")
+    assert "app/own_name.autotune.textproto: ok: created" in regen.output, regen.output
+    ws.run("test", "//app:own_name_test")
+    log = ws.test_log("//app:own_name_test")
+    assert re.search(r"autotune_cache: [1-9]\d* hits, 0 misses, 0 stale, 0 benchmarks", log), log
+
+
+@pytest.mark.bazel
+def test_a_one_line_alias_gives_the_short_regen_command(user_workspace: Workspace) -> None:
+    """docs/bazel.md: `//tools:regen_cache` is "no such package" in a user's workspace; one
+    `alias` line in the user's tools/BUILD.bazel makes it work, from any directory."""
+    ws = user_workspace
+    missing = ws.run("run", "//tools:regen_cache", "--", "--dry_run", check=False)
+    assert missing.returncode != 0 and "no such package 'tools'" in missing.output, missing.output
+    (ws.root / "tools").mkdir()
+    (ws.root / "tools/BUILD.bazel").write_text(
+        'alias(name = "regen_cache", actual = "@rules_autotune//tools:regen_cache")\n')
+    short = ws.run("run", "//tools:regen_cache", "--", "--dry_run", ":vector_add_test",
+                   cwd=ws.root / "app")
+    assert "//app:vector_add_test.dump -> app/vector_add_test.autotune.textproto" in (
+        short.output), short.output

@@ -172,3 +172,115 @@ def test_bazelrc_test_filters_do_not_filter_out_the_dumps(workspace: Workspace) 
         result = ws.run("run", f"//{TEAM_B}:b_kernels_test.regen")
         assert f"{CACHE_B}: ok: created" in result.output, result.output
         assert kernels_in(ws.root / CACHE_B) == ["team_b"]
+
+
+# ----- 4. a one-target regen loads only the packages it needs ----------------------------------
+
+
+def loaded_packages(ws: Workspace) -> list[str]:
+    """The main-repository packages the workspace's Bazel server has loaded since it started
+    (`bazel dump --skyframe=detailed`, PACKAGE nodes; "" is the root package)."""
+    dump = ws.run("dump", "--skyframe=detailed").stdout
+    names = {line.split("|", 1)[0][len("PACKAGE:"):] for line in dump.splitlines()
+             if line.startswith("PACKAGE:")}
+    return sorted(name for name in names if not name.startswith("@"))
+
+
+def test_one_target_regen_under_another_output_root_loads_only_what_it_needs(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """A CI job runs `bazel --output_user_root=X run //pkg:t.regen`: the convenience symlinks
+    then point into X, while the Bazel that regen starts (which reads .bazelrc, not the outer
+    startup flags) has another output base. Before issue 19 its `//...` query loaded 105
+    packages under bazel-ws/external/... (bazel#13951) and exited 1 with 19 "PACKAGE FAILED TO
+    LOAD" lines after writing the cache. Now it exits 0 and loads team A's package and what its
+    test depends on, nothing else."""
+    ws = workspace
+    ensure_cache(ws, TEST_A, CACHE_A)
+    ws.shutdown()  # a fresh server: what it loads below is the regen's own doing
+    other = tmp_path / "ci_output_user_root"
+    try:
+        result = ws.run(f"--output_user_root={other}", "run", f"{TEST_A}.regen")
+        assert "PACKAGE FAILED TO LOAD" not in result.output, result.output
+        assert f"{CACHE_A}: ok: unchanged" in result.output, result.output
+        # (The dump's `bazel test` points the symlinks back at its own output base afterwards;
+        # while regen queried, bazel-ws led into `other`.)
+    finally:
+        ws.run(f"--output_user_root={other}", "shutdown", check=False)
+    loaded = loaded_packages(ws)
+    print("packages loaded by the regen's Bazel:", loaded)
+    assert not [p for p in loaded if p.startswith("bazel-")], loaded
+    assert set(loaded) <= {"", "external", "bazel_harness", "rules/private", TEAM_A,
+                           "bazel_fixtures/ruleset"}, loaded
+
+
+def test_a_sharer_in_another_package_keeps_its_entries(workspace: Workspace) -> None:
+    """The narrowed search does not load a third package whose test shares team A's cache;
+    when team A's regen would then drop that test's entries, it looks in the whole workspace
+    first, finds the sharer and runs its dump too: the file keeps both."""
+    ws = workspace
+    ensure_cache(ws, TEST_A, CACHE_A)
+    team_c = ws.root / MONO / "team_c"
+    with restored(ws, CACHE_A, f"{TEAM_A}/BUILD.bazel", f"{MONO}/team_c/BUILD.bazel",
+                  f"{MONO}/team_c/c_test.py"):
+        # Team A lets team C use its cache file (a source file its own rules use is private).
+        with (ws.root / TEAM_A / "BUILD.bazel").open("a") as build:
+            build.write('\nexports_files(\n    ["a_kernels_test.autotune.textproto"],\n'
+                        f'    visibility = ["//{MONO}/team_c:__pkg__"],\n)\n')
+        team_c.mkdir(exist_ok=True)
+        (team_c / "BUILD.bazel").write_text(
+            'load("//rules:defs.bzl", "autotuned_py_test")\n\n'
+            'autotuned_py_test(\n    name = "c_test",\n    srcs = ["c_test.py"],\n'
+            f'    cache = "//{CACHE_A.replace("/a_kernels", ":a_kernels")}",\n'
+            '    deps = ["//bazel_fixtures/ruleset:probe"],\n)\n')
+        (team_c / "c_test.py").write_text(
+            "from bazel_fixtures.ruleset import probe\n\nprobe.run('team_c')\n")
+        both = regen(ws, f"//{MONO}/...")
+        assert f"{CACHE_A}: ok" in both.output and "(shared by 2 tests)" in both.output
+        assert kernels_in(ws.root / CACHE_A) == ["team_a", "team_c"]
+        one = ws.run("run", f"{TEST_A}.regen")
+        assert f"{CACHE_A} would lose entries" in one.output, one.output
+        assert f"//{MONO}/team_c:c_test.dump -> {CACHE_A} (shares it)" in one.output
+        assert f"{CACHE_A}: ok: unchanged" in one.output, one.output
+        assert kernels_in(ws.root / CACHE_A) == ["team_a", "team_c"]
+    team_c.rmdir()
+
+
+# ----- 6. a mistyped pattern --------------------------------------------------------------------
+
+
+def test_a_mistyped_pattern_is_named_not_reported_as_a_broken_package(
+        workspace: Workspace) -> None:
+    ws = workspace
+    ensure_cache(ws, TEST_A, CACHE_A)
+    typo = regen(ws, f"//{MONO}/tema_a/...", check=False)
+    assert typo.returncode == 2, typo.output
+    assert "PACKAGE FAILED TO LOAD" not in typo.output, typo.output
+    assert (f"//{MONO}/tema_a/...: NO SUCH TARGET PATTERN: Bazel says \"no targets found "
+            f"beneath '{MONO}/tema_a'\"; check its spelling") in typo.output, typo.output
+    # With a good pattern beside it: the good one is regenerated, the typo fails the run.
+    mixed = ws.run("run", "//tools:regen_cache", "--", "--check", ":a_kernels_test", ":nope",
+                   cwd=ws.root / TEAM_A, check=False)
+    assert mixed.returncode == 1, mixed.output
+    assert f"{CACHE_A}: ok: unchanged" in mixed.output, mixed.output
+    assert (f"//{TEAM_A}:nope: NO SUCH TARGET PATTERN: Bazel says \"no such target "
+            f"'//{TEAM_A}:nope'") in mixed.output, mixed.output
+    assert f"(relative patterns are read from //{TEAM_A}, the directory you ran in)" in (
+        mixed.output)
+
+
+# ----- 11. --remote_download_minimal ---------------------------------------------------------
+
+
+def test_regen_under_remote_download_minimal_still_reads_the_dumps(workspace: Workspace) -> None:
+    """A .bazelrc with `--remote_download_minimal` (no remote cache here: Bazel 4.2.3 accepts
+    the flag and the one regen adds after it, which is what this checks on a real Bazel; the
+    download itself needs a remote executor, which CI does not have)."""
+    ws = workspace
+    with restored(ws, ".bazelrc", CACHE_B):
+        (ws.root / CACHE_B).unlink(missing_ok=True)
+        with (ws.root / ".bazelrc").open("a") as rc:
+            rc.write("build --remote_download_minimal\n")
+        result = ws.run("run", f"//{TEAM_B}:b_kernels_test.regen")
+        assert f"{CACHE_B}: ok: created" in result.output, result.output
+        dry = ws.run("run", f"//{TEAM_B}:b_kernels_test.regen", "--", "--dry_run")
+        assert "--remote_download_outputs=all" in dry.output, dry.output

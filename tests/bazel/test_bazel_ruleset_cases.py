@@ -308,3 +308,55 @@ def test_large_text_cache_loads_through_its_index(workspace: Workspace) -> None:
     assert result.returncode == 3, result.output  # a test failure, not a build failure
     log = ws.test_log(INDEX_LABEL)
     assert f"{INDEX_CACHE}: not a valid text-format autotune results file" in log, log[-3000:]
+
+
+# ----- issue 19, item 6: select() in env, data and args ------------------------------------------
+
+SELECT_LABEL = f"//{PKG}/selects:select_test"
+SELECT_CACHE = f"{PKG}/selects/select_test.autotune.textproto"
+
+
+def test_select_in_env_data_and_args_works_as_for_py_test(workspace: Workspace) -> None:
+    """`env`, `data` and `args` as select()s: the macro's variables still reach the test (the
+    dump regenerates the branch it ran, the load test hits it with 0 benchmarks), and `-c opt`
+    takes the other branch of all three, whose kernel the committed cache lacks: a strict miss
+    naming the regen command. Before, loading the BUILD file failed inside the ruleset with
+    "unsupported binary operation: string in select"."""
+    ws = workspace
+    (ws.root / SELECT_CACHE).unlink(missing_ok=True)
+    created = ws.run("run", f"{SELECT_LABEL}.regen")
+    assert f"{SELECT_CACHE}: ok: created" in created.output, created.output
+    assert kernels_in(ws.root / SELECT_CACHE) == ["select_default"]
+    ws.run("test", SELECT_LABEL)
+    log = ws.test_log(SELECT_LABEL)
+    assert "select branch: default AUTOTUNE_FLAGS: --autotune_cache_mode=read" in log, log
+    assert re.search(r"autotune_cache: 1 hits, 0 misses, 0 stale, 0 benchmarks", log), log
+    opt = ws.run("test", "-c", "opt", SELECT_LABEL, check=False)
+    assert opt.returncode == 3, opt.output
+    log = ws.test_log(SELECT_LABEL)
+    assert "select branch: opt" in log, log
+    assert f"bazel run {SELECT_LABEL}.regen" in log, log
+
+
+# ----- issue 21, item 1: all_kernels = True under Bazel, both runners ----------------------------
+
+ROUTED = f"{PKG}/all_kernels"
+
+
+@pytest.mark.parametrize("name", ["routed_main_test", "routed_pytest_test"])
+def test_all_kernels_serves_a_third_party_kernel_from_the_cache(workspace: Workspace,
+                                                                name: str) -> None:
+    """A plain `@triton.autotune` kernel in a separate py_library (a stand-in for an installed
+    library) is tuned by the dump under its module-qualified name, and the load test, strict,
+    serves it from the committed cache with 0 benchmarks."""
+    ws = workspace
+    label, cache = f"//{ROUTED}:{name}", ws.root / ROUTED / f"{name}.autotune.textproto"
+    cache.unlink(missing_ok=True)
+    created = ws.run("run", f"{label}.regen")
+    assert f"{ROUTED}/{name}.autotune.textproto: ok: created" in created.output, created.output
+    assert kernels_in(cache) == ["bazel_fixtures.ruleset.all_kernels.vendor_kernels."
+                                 "triple_kernel"]
+    ws.run("test", "--nocache_test_results", label)
+    report = ws.report(label)
+    assert report is not None, ws.test_log(label)
+    assert (report["hits"], report["misses"], report["benchmarks"]) == (1, 0, 0), report

@@ -83,3 +83,14 @@ def test_text_index_load_smoke(tmp_path):
         assert row["lookup1_ms"]["best"] > 0
     rows = table_rows((out / "text_index_load.md").read_text())
     assert [len(r) for r in rows] == [10] * 4
+
+
+def test_process_cost_smoke(tmp_path):
+    out = tmp_path / "out"
+    run("process_cost.py", out, tmp_path)
+    result = json.loads((out / "process_cost.json").read_text())
+    m = result["measurement"]
+    assert len(m["runs"]["baseline_s"]) == len(m["runs"]["cache_s"]) == result["reps"] == 1
+    assert set(m["inside_ms_median"]) == {"import_ms", "configure_load_ms", "first_lookup_ms",
+                                          "next_9_lookups_ms"}
+    assert "the cache's cost" in (out / "process_cost.md").read_text()

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_inspect_table(cache_file, capsys):
 
 def test_inspect_json(cache_file, capsys):
     assert main(["inspect", "--json", str(cache_file)]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["files"]
     assert report["format"] == "autotune_cache" and len(report["entries"]) == 3
     assert report["per_device"]["cpu-interpreter / interpreter"] == 1
 
@@ -161,7 +162,7 @@ def test_inspect_marks_the_live_entry_and_prune_drops_superseded_ones(tmp_path, 
     assert out.count("  superseded\n") == 1 and out.count("  live\n") == 2
     assert f"drop them with: autotune-cache prune --superseded {path}" in out
     assert main(["inspect", "--json", str(path)]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["files"]
     assert sorted(e["live"] for e in report["entries"]) == [False, True, True]
     assert main(["prune", "--superseded", str(path)]) == 0
     out = capsys.readouterr().out
@@ -179,3 +180,70 @@ def test_version_and_convert_to_an_unknown_extension_is_refused(cache_file, tmp_
     assert main(["convert", str(cache_file), str(target)]) == 2
     assert "'.json' is not a results-file extension" in capsys.readouterr().err
     assert not target.exists()
+
+
+def verb_commands(cache_file, tmp_path):
+    """Every verb once, on real files, with the exit status it must give."""
+    other = tmp_path / "other.textproto"
+    save_results(other, H200_ENTRIES)
+    return [
+        (["inspect", cache_file], 0), (["verify", cache_file], 0),
+        (["diff", cache_file, other], 1), (["convert", cache_file, tmp_path / "c.pb"], 0),
+        (["merge", cache_file, other, "-o", tmp_path / "m.textproto"], 0),
+        (["prune", other, "--keep-device=H200", "--dry-run"], 0),
+        (["report", cache_file, "-o", tmp_path / "r.html"], 0),
+    ]
+
+
+def test_every_verb_speaks_json_with_its_exit_status(cache_file, tmp_path, capsys):
+    for argv, status in verb_commands(cache_file, tmp_path):
+        assert main([*map(str, argv), "--json"]) == status, argv
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["command"] == argv[0] and doc["exit"] == status
+    assert main(["diff", str(cache_file), str(tmp_path / "other.textproto"), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["device"] for r in doc["removed"]] == ["cpu-interpreter / interpreter"]
+    assert doc["added"] == [] and doc["changed"] == []
+    assert main(["verify", str(tmp_path / "missing.textproto"), "--json"]) == 1
+    (entry,) = json.loads(capsys.readouterr().out)["files"]
+    assert entry["ok"] is False and "missing.textproto" in entry["error"]
+
+
+def test_bad_input_is_exit_2_with_a_json_error(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "nope.textproto"), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "command": "inspect", "exit": 2, "error": json.loads(captured.out)["error"]}
+    assert "nope.textproto" in captured.err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prune", str(tmp_path), "--older-than=soon"])
+    assert exit_info.value.code == 2
+    assert "--older-than=soon: use a number" in capsys.readouterr().err
+
+
+def test_each_verb_help_has_an_example_and_the_exit_statuses(capsys):
+    for verb in ("inspect", "convert", "merge", "diff", "prune", "verify", "report"):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        text = capsys.readouterr().out
+        assert f"example:\n  autotune-cache {verb} " in text, verb
+        assert "  1  the check failed" in text and "  2  bad input" in text
+
+
+def test_a_closed_pipe_ends_quietly(cache_file):
+    """`autotune-cache inspect BIG | head -1`: no traceback, exit 141 like `cat`."""
+    many = [str(cache_file)] * 400
+    proc = subprocess.Popen([sys.executable, "-m", "autotune_cache", "inspect", *many],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(str(cache_file).encode())
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""
+
+
+def test_the_reference_states_the_exit_statuses_the_cli_uses():
+    from autotune_cache.cli import EXIT_STATUSES
+
+    reference = (Path(__file__).parents[2] / "docs" / "reference.md").read_text()
+    for code, meaning in EXIT_STATUSES.items():
+        assert f"| {code} | {meaning.split(' (`')[0].split('`|')[0][:40]}" in reference, code

@@ -76,3 +76,17 @@ def test_cache_loops_over_any_tier():
     fresh = Cache(Settings())
     fresh.tiers.append(extra)
     assert fresh.lookup(KEY) is not None
+
+
+def test_loaded_entries_of_a_kernel_within_the_bounds(tmp_path):
+    first, second = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    keys = [make_key(problem={"M": m}) for m in (1, 2, 3)]
+    save_results(first, [fake_tune(keys[0]), fake_tune(make_key(kernel="other"))])
+    save_results(second, [fake_tune(k) for k in keys[1:]])
+    cache = Cache(Settings(load_from=(first, second)))
+    # Over a bound nothing is read: the entries stay unparsed.
+    assert cache.loaded_entries("matmul", max_entries=3, max_unparsed_bytes=10) == []
+    assert cache.loaded_entries("matmul", max_entries=2, max_unparsed_bytes=1 << 20) == []
+    loaded = cache.loaded_entries("matmul", max_entries=3, max_unparsed_bytes=1 << 20)
+    assert [k for k, _ in loaded] == keys  # earlier files first, only this kernel
+    assert cache.loaded_entries("matmul", max_entries=3, max_unparsed_bytes=0) == loaded

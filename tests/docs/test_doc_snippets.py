@@ -50,10 +50,15 @@ def snippets(doc: Path) -> list[Snippet]:
 MARKED = [d for d in DOCS if snippets(d)]
 
 
-def plugin_env() -> dict[str, str]:
+def plugin_env(python: str = sys.executable, checkout: bool = True) -> dict[str, str]:
+    """The environment a reader's shell has: `python`'s scripts first on PATH and, with
+    `checkout`, this checkout's autotune_cache first on the import path (without it, the
+    package installed for `python` is what runs: tests/packaging)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AUTOTUNE_", "PYTEST_", "TRITON_INTERPRET"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+           if not k.startswith(("AUTOTUNE_", "PYTEST_", "TRITON_INTERPRET", "PYTHONPATH"))}
+    env["PATH"] = f"{Path(python).parent}{os.pathsep}{env.get('PATH', '')}"
+    if not checkout:
+        return env
     env["PYTHONPATH"] = str(ROOT)
     installed = {ep.name for ep in metadata.entry_points(group="pytest11")}
     if "autotune_cache.pytest_plugin" not in installed:
@@ -62,7 +67,7 @@ def plugin_env() -> dict[str, str]:
     return env
 
 
-def run(snippet: Snippet, cwd: Path, env: dict[str, str]) -> None:
+def run(snippet: Snippet, cwd: Path, env: dict[str, str], python: str = sys.executable) -> None:
     if snippet.spec.startswith("file="):
         (cwd / snippet.spec.removeprefix("file=")).write_text(snippet.body)
         return
@@ -75,7 +80,7 @@ def run(snippet: Snippet, cwd: Path, env: dict[str, str]) -> None:
         # From a file, as a reader would save it: Triton's interpreter reads kernels' source.
         script = cwd / f"snippet_{Path(snippet.doc).stem}_{snippet.line}.py"
         script.write_text(snippet.body)
-        cmd = [sys.executable, script.name]
+        cmd = [python, script.name]
     else:
         raise AssertionError(f"{snippet.doc}:{snippet.line}: cannot run a {snippet.lang!r} block")
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)

@@ -5,7 +5,8 @@ public API only: look the key up in the process-wide cache and, on a miss, "tune
 deterministic fake benchmark and record the entry. Entries are byte-identical whoever tunes them,
 unless FAKE_KERNEL_NOISE is set (then the tuning time names the xdist worker, as real timing noise
 would make two workers' results differ). FAKE_KERNEL_SOURCE stands for an edit of the kernel's
-source: it becomes the keys' source fingerprint.
+source: it becomes the keys' source fingerprint; FAKE_KERNEL_CONFIGS stands for an edit of the
+candidate list.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ A100 = Device(name="NVIDIA A100", arch="sm_80", sm_count=108)
 
 def key(kernel: str, n: int, device: Device = H200) -> CacheKey:
     source = os.environ.get("FAKE_KERNEL_SOURCE", "src")
-    return CacheKey(kernel=kernel, source_fingerprint=source, configs_fingerprint="cfg",
+    configs = os.environ.get("FAKE_KERNEL_CONFIGS", "cfg")
+    return CacheKey(kernel=kernel, source_fingerprint=source, configs_fingerprint=configs,
                     problem={"N": n, "x": "float16"}, device=device,
                     toolchain={"triton": "3.6.0"})
 

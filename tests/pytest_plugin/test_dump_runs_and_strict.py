@@ -23,7 +23,10 @@ def test_a_dump_after_a_kernel_edit_holds_only_the_new_entries(suite, monkeypatc
     result.assert_outcomes(passed=4)
     assert {e.key.source_fingerprint for e in load_results(dump)} == {"edited"}
     assert len(entries(dump)) == 3
-    assert sorted(p.name for p in suite.path.iterdir() if p.name.startswith(".")) == []
+    # Nothing of the dump's beside it (no lock, temp or partial file). Other plugins' own
+    # folders (pytest-benchmark's .benchmarks, on the GPU machine) are not ours to judge.
+    beside = {p.name for p in suite.path.iterdir() if p.name.startswith(".")} - {".benchmarks"}
+    assert sorted(beside) == []
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)

@@ -31,3 +31,12 @@ def test_the_ruleset_pip_hub_covers_every_supported_python_version() -> None:
     assert all(c["requirements_lock"] == "//:requirements_lock.txt" for c in hub)
     assert [c["python_version"] for c in _module_calls("python.toolchain")
             if c.get("is_default")] == ["3.11"]
+
+
+def test_every_module_file_and_doc_names_the_same_rules_python_floor() -> None:
+    """rules_python 1.8.0 (docs/bazel.md, "Compatibility", says why): the e2e module and the
+    docs must show the version MODULE.bazel depends on."""
+    (floor,) = [c["version"] for c in _module_calls("bazel_dep") if c["name"] == "rules_python"]
+    pattern = re.compile(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)')
+    for path in ("e2e/bzlmod/MODULE.bazel", "docs/bazel.md", "docs/quickstart-bazel-bzlmod.md"):
+        assert set(pattern.findall((REPO / path).read_text())) == {floor}, path

@@ -359,3 +359,31 @@ def test_pytest_without_the_wrappers_split_must_claim_sharding(tmp_path: Path) -
     assert sorted(ran) == sorted(PYTEST_ITEMS * 2), ran  # every shard ran everything
     assert codes == [2, 2], stderr
     assert 'runner = "pytest" and shard_test_cases = False' in stderr, stderr
+
+
+# ----- env = select(...): the macro's variables arrive as leading arguments (issue 19, 6) -------
+
+
+def test_leading_env_arguments_are_set_and_removed() -> None:
+    environ: dict[str, str] = {"KEEP": "1"}
+    argv = ["wrapper.py", "--rules_autotune_env=AUTOTUNE_REGEN_HINT=bazel run //p:t.regen",
+            "--rules_autotune_env=EMPTY=", "--user-flag", "--rules_autotune_env=LATE=x"]
+    rest = test_main.apply_env_arguments(argv, environ)
+    assert environ == {"KEEP": "1", "AUTOTUNE_REGEN_HINT": "bazel run //p:t.regen",
+                       "EMPTY": ""}
+    # Only the leading ones are the macro's: a user argument and what follows it are kept.
+    assert rest == ["wrapper.py", "--user-flag", "--rules_autotune_env=LATE=x"]
+
+
+def test_a_malformed_env_argument_is_refused_by_name() -> None:
+    with pytest.raises(SystemExit, match="malformed --rules_autotune_env=NAME=VALUE argument"):
+        test_main.apply_env_arguments(["w.py", "--rules_autotune_env=NOVALUE"], {})
+
+
+def test_all_kernels_is_read_from_either_flag_variable() -> None:
+    assert test_main.wants_all_kernels(
+        {"RULES_AUTOTUNE_MACRO_FLAGS": "--load_autotune_results_from=x --autotune_all_kernels"})
+    assert test_main.wants_all_kernels({"AUTOTUNE_FLAGS": "--autotune_all_kernels=true"})
+    assert not test_main.wants_all_kernels({"AUTOTUNE_FLAGS": "--autotune_all_kernels=false"})
+    assert not test_main.wants_all_kernels({"AUTOTUNE_FLAGS": "--autotune_all_kernels_x"})
+    assert not test_main.wants_all_kernels({})

@@ -153,3 +153,83 @@ def test_working_package_is_the_run_directory_inside_the_workspace(tmp_path: Pat
     assert regen_bazel.working_package({}, tmp_path) == ""
     # Run from outside the workspace (--workspace=DIR given): nothing to resolve against.
     assert regen_bazel.working_package({"BUILD_WORKING_DIRECTORY": "/"}, tmp_path) == ""
+
+
+# ----- issue 19: mistyped patterns, Bazel's output trees, narrowed sharing search --------------
+
+
+def test_skipped_patterns_are_named_as_patterns_not_broken_packages(tmp_path: Path) -> None:
+    stderr = "\n".join([
+        "ERROR: Skipping '//tema/...': no targets found beneath 'tema'",
+        "ERROR: Skipping '//tema:t': no such package 'tema': BUILD file not found in any of the "
+        "following directories. Add a BUILD file to a directory to mark it as a package.",
+        "ERROR: Skipping '//pkg:nope': no such target '//pkg:nope': target 'nope' not declared",
+        "WARNING: --keep_going specified, ignoring errors. Results may be inaccurate",
+    ])
+    assert regen_bazel.broken_packages(stderr, tmp_path) == ()
+    assert [p for p, _ in regen_bazel.bad_patterns(stderr)] == ["//pkg:nope", "//tema/...",
+                                                                 "//tema:t"]
+    assert dict(regen_bazel.bad_patterns(stderr))["//tema/..."] == (
+        "no targets found beneath 'tema'")
+
+
+def test_the_workspace_universe_leaves_out_bazels_output_trees(tmp_path: Path) -> None:
+    """`//...` is the root package plus one `//dir/...` per top-level directory: never a
+    bazel-* convenience symlink (Bazel 4 walks into one that points to another output base,
+    bazel#13951), nor a .bazelignore'd or version-control directory."""
+    (tmp_path / "BUILD.bazel").write_text("")
+    for name in ("team_a", "team_b", "vendored", ".git", ".github"):
+        (tmp_path / name).mkdir()
+    elsewhere = tmp_path.parent / "other_output_base/execroot/ws"
+    elsewhere.mkdir(parents=True)
+    (tmp_path / "bazel-ws").symlink_to(elsewhere)
+    (tmp_path / "bazel-out").symlink_to(elsewhere)
+    (tmp_path / ".bazelignore").write_text("# comment\nvendored/\n")
+    assert regen_bazel.workspace_universe(tmp_path) == (
+        "//:all + //.github/... + //team_a/... + //team_b/...")
+    assert regen_bazel.without_output_trees("@//...", tmp_path) == (
+        regen_bazel.workspace_universe(tmp_path))
+    assert regen_bazel.without_output_trees("//team_a/...", tmp_path) == "//team_a/..."
+
+
+class RecordingBazel:
+    """Answers `bazel query` from a fixed list of dump targets; records every expression."""
+
+    def __init__(self, workspace: Path, dumps: dict[str, str]) -> None:
+        self.workspace = workspace
+        self.dumps = dumps  # label -> cache path
+        self.expressions: list[str] = []
+
+    def query(self, *args: str) -> regen_bazel.Query:
+        expression = args[-2]
+        self.expressions.append(expression)
+        if args[-1] == "--output=label":
+            return regen_bazel.Query("//team_a:t\n")
+        rules = "".join(
+            f'<rule class="py_test" name="{label}"><list name="tags">'
+            f'<string value="autotune_dump"/><string value="autotune_cache_path={path}"/>'
+            "</list></rule>"
+            for label, path in self.dumps.items()
+            if label.split(":")[0] in expression or label in expression)
+        return regen_bazel.Query(f'<?xml version="1.1"?><query version="2">{rules}</query>')
+
+
+def test_a_one_target_search_loads_only_the_packages_it_needs(tmp_path: Path) -> None:
+    """The dumps sharing a cache file are looked for in the file's package and the tests'
+    packages, never in `//...`; a sharer elsewhere is left to widen_search."""
+    for package in ("team_a", "caches", "team_c"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "BUILD.bazel").write_text("")
+    bazel = RecordingBazel(tmp_path, {
+        "//team_a:t.dump": "caches/shared.autotune.textproto",
+        "//caches:owner.dump": "caches/shared.autotune.textproto",
+        "//team_c:far.dump": "caches/shared.autotune.textproto",
+    })
+    found = regen_bazel.find_dump_targets(bazel, ["//team_a:t"])
+    assert [t.label for t in found.targets] == ["//caches:owner.dump", "//team_a:t.dump"]
+    assert found.narrowed
+    assert not any("//..." in e for e in bazel.expressions), bazel.expressions
+    assert "//caches:all + //team_a:all" in bazel.expressions[-1]
+    wider = regen_bazel.widen_search(bazel, ["caches/shared.autotune.textproto"])
+    assert "//team_c:far.dump" in [t.label for t in wider.targets]
+    assert "//team_c/..." in bazel.expressions[-1] and "bazel-" not in bazel.expressions[-1]

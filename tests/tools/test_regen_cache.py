@@ -282,3 +282,37 @@ def test_bazelrc_test_filters_are_turned_off_for_the_chosen_dumps(tmp_path: Path
                   "--test_lang_filters="):
         assert reset in command
     assert command.index("--test_tag_filters=") < command.index("--test_tag_filters=-flaky")
+
+
+def test_the_dumps_outputs_are_downloaded_under_remote_download_minimal(tmp_path: Path) -> None:
+    """Issue 19, item 11: with --remote_download_minimal (in .bazelrc, common with remote
+    execution) Bazel leaves passing tests' outputs remote, so every dump would seem to have
+    written nothing. The command asks for them with the one value every Bazel takes; an
+    explicit --bazel_flag comes later and still wins."""
+    args = regen_cache.parse_args(["--gpus=none", "--bazel_flag=--config=remote", "//pkg:t"])
+    plan = regen_cache.scheduling_plan(args, bazel=None)
+    target = regen_bazel.DumpTarget("//pkg:t.dump", "pkg/t.autotune.textproto")
+    command = regen_cache.test_command(args, plan, tmp_path / "bep.json", [target])
+    assert "--remote_download_outputs=all" in command
+    assert command.index("--remote_download_outputs=all") < command.index("--config=remote")
+    # An explicit --bazel_flag that keeps them remote is named when a dump then wrote nothing.
+    minimal = regen_cache.parse_args(["--bazel_flag=--remote_download_minimal", "//pkg:t"])
+    harvest = regen_cache.Harvest({}, {})
+    test_dir = tmp_path / "testlogs/pkg/t.dump"
+    test_dir.mkdir(parents=True)
+    bep = tmp_path / "bep.json"
+    bep.write_text(json.dumps({"id": {"testSummary": {"label": "//pkg:t.dump"}},
+                               "testSummary": {"overallStatus": "PASSED"}}) + "\n")
+
+    class Streaming:
+        workspace = tmp_path
+
+        def stream(self, verb: str, *args: str) -> int:
+            return 0
+
+        def capture(self, verb: str, *args: str) -> str:
+            return str(tmp_path / "testlogs")
+
+    regen_cache.run_dumps(minimal, Streaming(), plan, [target], bep, harvest)
+    assert "drop --remote_download_minimal / _toplevel from --bazel_flag" in (
+        harvest.results["//pkg:t.dump"]), harvest.results

@@ -21,6 +21,7 @@ import triton  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
 import autotune_cache.triton.autotuner as autotuner_module  # noqa: E402
+import autotune_cache.triton.tune as tune_module  # noqa: E402
 from autotune_cache import Device, get_cache  # noqa: E402
 from autotune_cache.triton import autotune  # noqa: E402
 from tests.triton import attention  # noqa: E402
@@ -33,7 +34,7 @@ DESCS = ("desc_q", "desc_k", "desc_v", "desc_o")
 def main() -> None:
     driver.set_active(CompileOnlyDriver())
     autotuner_module.current_device = lambda: FAKE_GPU
-    autotuner_module.device_identity = lambda: "fake-gpu"
+    tune_module.device_identity = lambda: "fake-gpu"
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 
     jit = attention.attn_fwd

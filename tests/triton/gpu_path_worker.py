@@ -22,6 +22,7 @@ import triton  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
 import autotune_cache.triton.autotuner as autotuner_module  # noqa: E402
+import autotune_cache.triton.tune as tune_module  # noqa: E402
 from autotune_cache import Device, get_cache  # noqa: E402
 from autotune_cache.triton import autotune  # noqa: E402
 from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
@@ -32,7 +33,7 @@ FAKE_GPU = Device(name="Fake H100", arch="sm_90", sm_count=132)
 def main() -> None:
     driver.set_active(CompileOnlyDriver())
     autotuner_module.current_device = lambda: FAKE_GPU
-    autotuner_module.device_identity = lambda: "fake-gpu"
+    tune_module.device_identity = lambda: "fake-gpu"
     import matmul
 
     bench_calls: list[int] = []

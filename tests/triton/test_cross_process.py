@@ -1,4 +1,5 @@
-"""Processes sharing a cache directory that miss the same key tune it exactly once."""
+"""Processes sharing a cache directory that miss the same key tune it exactly once, and a process
+that waited on a peer's tuning lock launches the peer's result."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from autotune_cache import CacheKey
+from tests.triton import kernels
+from tests.triton.kernels import TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
@@ -43,3 +49,37 @@ def test_concurrent_processes_tune_one_key_once(tmp_path: Path) -> None:
     assert sorted(r["tuned"] for r in results) == [0] * (WORKERS - 1) + [1]
     assert sum(r["benchmarks"] for r in results) == 4
     assert len(list((tmp_path / "cache").rglob("*.textproto"))) == 1
+
+
+def test_waiting_on_a_remote_only_lock_reads_the_peers_result(use_cache, fake,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    import contextlib
+
+    use_cache()
+    fake(TABLE)
+    peer = kernels.tuned_add()
+    kernels.launch_add(peer, n=55)  # the peer's tuning, recorded on "the remote server"
+    peer_entry = peer.last_entry
+
+    cache = use_cache()  # this process: no directory, nothing in memory
+    assert cache.store is None
+    refreshed: list[CacheKey] = []
+
+    @contextlib.contextmanager
+    def remote_lock(key: CacheKey, timeout: float = 0.0):
+        yield True  # held on the remote server after the peer released it
+
+    def refresh(key: CacheKey, candidates=None):
+        refreshed.append(key)
+        return peer_entry
+
+    monkeypatch.setattr(cache, "tune_lock", remote_lock)
+    monkeypatch.setattr(cache, "refresh", refresh)
+    bench = fake({})  # any benchmark would raise
+    kernel = kernels.tuned_add()
+    out, expected = kernels.launch_add(kernel, n=55)
+    torch.testing.assert_close(out, expected)
+    assert bench.calls == [] and kernel.last_entry is peer_entry
+    assert [k.digest() for k in refreshed] == [CacheKey.from_proto(peer_entry.key).digest()]
+    assert kernel.best_config is kernel.configs[2]

@@ -157,3 +157,12 @@ def test_problem_key_mirrors_tritons_key() -> None:
     problem = problem_key(names, ["M", "N", "missing"], {**args, "grid": (1,), "BLOCK": 16})
     assert problem == {"M": 4, "N": 8, "a_ptr": "float16", "b_ptr": "float32"}
     assert problem_key(names, ["a_ptr"], args)["a_ptr"] == "float16[4x8]"
+
+
+def test_source_fingerprint_follows_the_key_scheme(tmp_path: Path, monkeypatch) -> None:
+    from autotune_cache.triton import fingerprint
+
+    kernel = _load(tmp_path, "scheme").kernel
+    base = source_fingerprint(kernel)
+    monkeypatch.setattr(fingerprint, "KEY_SCHEME", 2)
+    assert source_fingerprint(kernel) != base  # a new recipe never matches an old entry

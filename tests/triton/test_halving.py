@@ -15,7 +15,7 @@ from autotune_cache.triton.bench import (
     halving_stages,
 )
 from tests.triton import kernels
-from tests.triton.test_autotuner import candidate_times
+from tests.triton.kernels import candidate_times
 
 
 def test_default_gpu_benchmark_is_screened_twice_then_run_as_configured():

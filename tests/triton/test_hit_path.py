@@ -140,11 +140,11 @@ def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path
     compile, and both keys await that one; the driver is started once, before the threads (a
     stand-in here: there is no driver under the interpreter)."""
     from autotune_cache import CacheKey
-    from autotune_cache.triton import autotuner
+    from autotune_cache.triton import preload
 
     kernel, entries, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
     started = []
-    monkeypatch.setattr(autotuner, "_start_driver", lambda: started.append(True))
+    monkeypatch.setattr(preload, "_start_driver", lambda: started.append(True))
     for n in (100, 300):
         out, expected = kernels.launch_add(kernel, n=n)
         torch.testing.assert_close(out, expected)
@@ -175,10 +175,10 @@ def test_a_damaged_loaded_entry_skips_the_preload_not_the_launch(use_cache, fake
 def test_too_much_unparsed_text_skips_the_preload_scan(use_cache, fake, tmp_path, monkeypatch):
     """The scan parses the kernel's loaded entries; over PRELOAD_SCAN_BYTES of text still to
     parse, it is skipped, and only the launched key's entry gets parsed (by its lookup)."""
-    from autotune_cache.triton import autotuner
+    from autotune_cache.triton import autotuner, preload
 
     kernel, _, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
-    monkeypatch.setattr(autotuner, "PRELOAD_SCAN_BYTES", 100)
+    monkeypatch.setattr(preload, "PRELOAD_SCAN_BYTES", 100)
     out, expected = kernels.launch_add(kernel, n=100)
     torch.testing.assert_close(out, expected)
     assert stub.preloaded == [] and kernel._preloads == {}

@@ -56,8 +56,11 @@ def make_venv(path: Path, wheel: Path, *, with_deps: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
                    timeout=120)
     python = path / "bin" / "python"
+    # Without PYTHONPATH: a checkout on it (its autotune_cache.egg-info) would make pip think the
+    # wheel is already installed.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+                    "--no-deps", "--no-index", str(wheel)], check=True, timeout=300, env=clean)
     site = subprocess.run([str(python), "-c", "import sysconfig; "
                            "print(sysconfig.get_paths()['purelib'])"], check=True, text=True,
                           capture_output=True).stdout.strip()

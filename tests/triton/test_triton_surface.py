@@ -10,7 +10,6 @@ in candidate order. Where we deliberately differ from Triton, the test says so.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -246,23 +245,6 @@ def test_warmup_rep_use_cuda_graph_are_ours_and_not_deprecated(use_cache, fake,
     assert isinstance(chosen, GpuBenchmark) and chosen.method == "cuda_graph(rep=20)"
     assert choose_benchmark(interpreter=False, do_bench=None, warmup=5, rep=20,
                             use_cuda_graph=False).method == "do_bench(warmup=5,rep=20)"
-
-
-def test_cache_results_is_superseded_with_one_debug_log(use_cache, fake, caplog) -> None:
-    import autotune_cache.triton.autotuner as autotuner_module
-
-    use_cache()
-    fake({16: 2.0, 32: 1.0})
-    autotuner_module._cache_results_logged = False
-    with caplog.at_level(logging.DEBUG, logger="autotune_cache.triton.autotuner"):
-        first = kernels.tuned_add(blocks=(16, 32), cache_results=True)
-        kernels.tuned_add(blocks=(16, 32), cache_results=True)
-    assert first.cache_results is False
-    messages = [r.getMessage() for r in caplog.records if "cache_results" in r.getMessage()]
-    assert len(messages) == 1 and "superseded" in messages[0] and "AUTOTUNE_FLAGS" in messages[0]
-    out, expected = kernels.launch_add(first)
-    torch.testing.assert_close(out, expected)
-    assert first.last_entry is not None  # cached through our tiers instead
 
 
 def test_unknown_decorator_arguments_go_to_triton(use_cache) -> None:

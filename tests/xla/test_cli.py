@@ -22,7 +22,7 @@ DEVICE_FP = "ed0e56ab8b2a0ecb"
     (FUSION_LEGACY, "xla-legacy", 10)], ids=lambda v: getattr(v, "name", str(v)))
 def test_inspect_json_every_fixture(path, fmt, n, capsys):
     assert main(["inspect", "--json", str(path)]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["files"]
     assert report["format"] == fmt and len(report["entries"]) == n and report["problems"] == []
 
 
@@ -151,7 +151,7 @@ def test_misplaced_entry_file_fails_verify(tmp_path, capsys):
 def test_single_legacy_per_fusion_file(capsys):
     one = FUSION_LEGACY / "jQkD7PvI3H50S0vhoyUXzc56PZywET6hqSLMk_8bL7Q.textproto"
     assert main(["inspect", "--json", str(one)]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["files"]
     assert report["format"] == "xla-legacy"
     (entry,) = report["entries"]
     assert entry["id"] == one.stem and entry["config"].startswith("triton block_m=128")

@@ -37,7 +37,8 @@ def test_formats_are_registered_newest_first():
 
 
 @pytest.mark.parametrize(("path", "fmt"), [
-    (RES, NEW), (FUSION, NEW), (LEGACY, OLD), (FUSION_LEGACY, OLD)], ids=str)
+    (RES, NEW), (FUSION, NEW), (LEGACY, OLD), (FUSION_LEGACY, OLD)],
+    ids=["res", "fusion", "legacy", "fusion-legacy"])
 def test_each_fixture_is_sniffed_by_exactly_its_format(path, fmt):
     assert [f.name for f in (NEW, OLD) if f.sniff(path)] == [fmt.name]
 

@@ -1,0 +1,516 @@
+"""A real library's own pytest suite, routed through the cache, in five passes (issues 21, 24).
+
+    python bench/suite_perf.py OUT_DIR --suite liger|fla --tests-root DIR [--passes ...]
+        [--pass-timeout S] [--redis-server PATH]
+    python bench/suite_perf.py OUT_DIR --smoke        # CPU: the in-repo fake library
+
+Every pass is one `python -m pytest` of the same selection of the library's own tests, in a
+fresh process tree (its own session) with its own TRITON_CACHE_DIR; third-party kernels are
+routed through the cache with the plugin's `--autotune-all-kernels` (the switch of
+autotune_cache/triton/routing.py), never with a shim:
+
+  P         plain Triton, empty caches (a fresh CI sandbox today). TRITON_CACHE_AUTOTUNING=1, so
+            Triton also writes its own results cache, which W needs; tuning is the same.
+  W         plain Triton again, on a copy of P's compile cache, with `cache_results` on: Triton's
+            best case, nothing to tune and nothing to compile (the floor).
+  S-cold    ours, dumping (`--autotune-dump`), empty caches: the regen.
+  S-load    ours, loading S-cold's file with `--autotune-require-complete`, empty compile cache:
+            a fresh sandbox with this product. Must benchmark nothing.
+  S-fill    S-load plus `--autotune_remote_cache` and `--autotune_remote_compile_cache` on a
+            local redis-server: the first machine of a fleet, which fills the shared compile
+            cache (reported, not a target).
+  S-shared  the same again with another empty local compile cache: the second machine.
+
+The passes' outcomes must be identical test by test (passed / failed / skipped / error, each
+test against P's). The probe plugin (bench/suite_probe.py) records each test's outcome and
+time and where the process's time went (start-up, collection, CUDA start, triton.compile,
+launcher builds, Triton's benchmarks, our lookups), and our cache's stats. Compiles are counted
+as the cubins (or, on the interpreter, none) that appear in the pass's TRITON_CACHE_DIR.
+
+Writes OUT_DIR/suite_perf_<suite>.json and .md (per test and in total, the ratios of this run,
+the targets of issue 24, and the profile of S-load against W) and OUT_DIR/suite_perf_<suite>_logs
+.txt (every pass's output). --smoke runs the fake library (bench/suite_fake) on the CPU
+interpreter (TRITON_INTERPRET=1); CI checks that the runner works, never its numbers.
+
+The libraries' test files come from their repositories at the wheel's tag, e.g.
+`git -C Liger-Kernel archive v0.8.2 test | tar -x -C DIR` (see SUITES for what each pass runs);
+the wheels (`pip download --no-deps liger-kernel==0.8.2 fla-core==0.5.2 redis==8.1.0`) are
+installed where the test processes import them (PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+DUMP_NAME = "suite.autotune.textproto"
+PASSES = ("P", "W", "S-cold", "S-load", "S-fill", "S-shared")
+TARGETS = {"S-cold": ("P", 0.30), "S-load": ("W", 1.3), "S-shared": ("W", 0.75)}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A library and the part of its own test suite each pass runs."""
+
+    name: str
+    library: str  # what was installed, for the record
+    source: str  # where the test files come from
+    args: tuple[str, ...]  # pytest arguments: files, -k selections (parametrizations cut)
+    pythonpath: tuple[str, ...] = (".",)  # relative to the tests root
+    env: dict[str, str] = field(default_factory=dict)
+
+
+SUITES: dict[str, Suite] = {
+    "fake": Suite("fake", "bench/suite_fake/fakelib (in this repo)", "bench/suite_fake/tests",
+                  ("tests",)),
+    # Liger-Kernel: the DyT and fused-MoE kernels (@triton.autotune over 18, 32 and up to 40
+    # configs). Cut to fit one device command with every pass: DyT with beta at hidden size
+    # 4096, the MoE routing-metadata tests and two forward edge cases (one (H, I) key).
+    "liger": Suite(
+        "liger", "liger-kernel==0.8.2 (PyPI wheel)", "linkedin/Liger-Kernel@v0.8.2 test/",
+        ("test/transformers/test_dyt.py::test_liger_dyt_correctness",
+         "test/transformers/test_fused_moe.py",
+         "-k", "(test_liger_dyt_correctness and True and 4096) or routing_metadata or "
+               "single_token or K_equals_E")),
+    # flash-linear-attention: l2norm, layer norm, RMS norm and token shift of fla.modules
+    # (autotuned over num_warps / num_stages, keyed by the hidden size; FLA itself passes
+    # cache_results=True). Cut to one shape per kernel family: the first selection (30 tests,
+    # bench/results/suite_perf_fla_h200_try1.md) needed over 200 s for P alone.
+    "fla": Suite(
+        "fla", "fla-core==0.5.2 (PyPI wheel)", "fla-org/flash-linear-attention@v0.5.2 tests/",
+        ("tests/modules/test_l2norm.py::test_l2norm[B1-T63-H1-D60-torch.float32]",
+         "tests/modules/test_l2norm.py::test_l2norm[B2-T500-H4-D64-torch.float32]",
+         "tests/modules/test_l2norm.py::test_l2norm[B3-T1024-H4-D128-torch.float32]",
+         "tests/modules/test_layernorm.py::test_layernorm[True-True-64-512-2-2]",
+         "tests/modules/test_layernorm.py::test_rmsnorm[64-512-2-2]",
+         "tests/modules/test_token_shift.py::test_token_shift[dtype0-None-2560-512-4]")),
+}
+
+
+@dataclass
+class Pass:
+    """One pass's configuration and what it measured."""
+
+    name: str
+    options: list[str]
+    flags: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    wall_s: float | None = None
+    rc: int | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+    compiles: int = 0
+    skipped: str = ""
+
+
+def _has_entry_point_plugin() -> bool:
+    try:
+        eps = importlib.metadata.entry_points(group="pytest11")
+    except Exception:  # noqa: BLE001 - broken metadata: load the plugin explicitly
+        return False
+    return any(ep.value == "autotune_cache.pytest_plugin" for ep in eps)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(binary: str, work: Path) -> Iterator[str]:
+    """A real redis-server on a free port for the duration; yields its URL."""
+    port = _free_port()
+    env = dict(os.environ)
+    libs = Path(binary).resolve().parent / "lib"
+    if libs.is_dir():  # a carried binary with the libraries it needs beside it
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs),
+                                                                env.get("LD_LIBRARY_PATH")]))
+    proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(work)], stdout=subprocess.DEVNULL, env=env)
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode}")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def count_compiles(cache_dir: Path, interpret: bool) -> int:
+    """Kernels compiled into a Triton cache directory: its cubins (none on the interpreter)."""
+    if interpret or not cache_dir.is_dir():
+        return 0
+    return sum(1 for _ in cache_dir.rglob("*.cubin"))
+
+
+class Runner:
+    def __init__(self, suite: Suite, tests_root: Path, out: Path, work: Path, smoke: bool,
+                 timeout: float, deadline: float) -> None:
+        self.suite, self.tests_root, self.out, self.work = suite, tests_root, out, work
+        self.smoke, self.timeout, self.deadline = smoke, timeout, deadline
+        self.log = out / f"suite_perf_{suite.name}_logs.txt"
+        self.log.write_text("")
+        self.plugin_args = ([] if _has_entry_point_plugin()
+                            else ["-p", "autotune_cache.pytest_plugin"])
+
+    def env(self, p: Pass, cache_dir: Path) -> dict[str, str]:
+        drop = ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTEST_ADDOPTS")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        paths = [str(ROOT), str(BENCH), *(str(self.tests_root / p) for p in self.suite.pythonpath),
+                 *filter(None, [os.environ.get("PYTHONPATH")])]
+        env.update(self.suite.env)
+        env.update(PYTHONPATH=os.pathsep.join(paths),
+                   TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1", AUTOTUNE_PROGRESS="0",
+                   SUITE_PROBE_OUT=str(self.work / f"probe-{p.name}.json"))
+        if p.flags:
+            env["AUTOTUNE_FLAGS"] = p.flags
+        if self.smoke:
+            env["TRITON_INTERPRET"] = "1"
+        env.update(p.env)
+        return env
+
+    def run(self, p: Pass, cache_dir: Path) -> Pass:
+        timeout = min(self.timeout, self.deadline - time.monotonic())
+        if timeout < 10:
+            p.skipped = "not started: the run's --deadline would pass"
+            print(f"[suite_perf] {self.suite.name} {p.name}: {p.skipped}", flush=True)
+            return p
+        cmd = [sys.executable, "-m", "pytest", "-p", "suite_probe", *self.plugin_args, "-q",
+               "-p", "no:cacheprovider", "-o", "addopts=", "-o", "log_cli=false",
+               "--rootdir", str(self.tests_root), *self.suite.args, *p.options]
+        env = self.env(p, cache_dir)
+        env["SUITE_PROBE_T0"] = repr(time.time())
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=self.tests_root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            output += f"\n[suite_perf: killed after {timeout:.0f} s]\n"
+        p.wall_s = round(time.perf_counter() - start, 3)
+        p.rc = proc.returncode
+        with contextlib.suppress(ProcessLookupError):  # the fresh tree ends with its pass
+            os.killpg(proc.pid, signal.SIGKILL)
+        probe = self.work / f"probe-{p.name}.json"
+        p.probe = json.loads(probe.read_text()) if probe.exists() else {}
+        p.probe.setdefault("marks", {})["t0"] = float(env["SUITE_PROBE_T0"])
+        with self.log.open("a") as f:
+            shown = {k: v for k, v in env.items() if k in ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR",
+                                                            "TRITON_CACHE_AUTOTUNING",
+                                                            "TRITON_INTERPRET")}
+            f.write(f"===== {p.name}\n$ {' '.join(cmd)}\n{json.dumps(shown)}\n"
+                    f"rc={p.rc} wall={p.wall_s}s\n{output}\n")
+        print(f"[suite_perf] {self.suite.name} {p.name}: rc={p.rc} wall={p.wall_s:.1f}s "
+              f"tests={len(p.probe.get('tests', {}))}", flush=True)
+        return p
+
+
+def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> dict[str, Pass]:
+    work = runner.work
+    dump = runner.out / DUMP_NAME
+    caches = {n: work / f"triton-cache-{n}" for n in PASSES}
+    load = ["--autotune-all-kernels", f"--autotune-load={dump}", "--autotune-require-complete"]
+    passes: dict[str, Pass] = {}
+    if "P" in names or "W" in names:
+        passes["P"] = runner.run(Pass("P", [], env={"TRITON_CACHE_AUTOTUNING": "1"}), caches["P"])
+    if "W" in names:
+        before = count_compiles(caches["P"], runner.smoke)
+        caches["P"].mkdir(parents=True, exist_ok=True)  # the interpreter writes nothing
+        shutil.copytree(caches["P"], caches["W"], dirs_exist_ok=True)
+        w = runner.run(Pass("W", [], env={"TRITON_CACHE_AUTOTUNING": "1"}), caches["W"])
+        w.compiles = count_compiles(caches["W"], runner.smoke) - before
+        passes["W"] = w
+    if "P" in passes:
+        passes["P"].compiles = count_compiles(caches["P"], runner.smoke)
+    if any(n.startswith("S-") for n in names):
+        dump.unlink(missing_ok=True)
+        passes["S-cold"] = runner.run(
+            Pass("S-cold", ["--autotune-all-kernels", f"--autotune-dump={dump}"]),
+            caches["S-cold"])
+    for n in ("S-load",):
+        if n in names:
+            passes[n] = runner.run(Pass(n, list(load)), caches[n])
+    if "S-shared" in names or "S-fill" in names:
+        if redis_binary is None:
+            for n in ("S-fill", "S-shared"):
+                passes[n] = Pass(n, [], skipped="no redis-server (PATH or --redis-server)")
+        else:
+            with redis_server(redis_binary, work) as url:
+                flags = f"--autotune_remote_cache={url} --autotune_remote_compile_cache"
+                for n in ("S-fill", "S-shared"):
+                    passes[n] = runner.run(Pass(n, list(load), flags=flags), caches[n])
+    for n, p in passes.items():
+        if n != "W" and not p.skipped:
+            p.compiles = count_compiles(caches[n], runner.smoke)
+    return passes
+
+
+def _num(value: Any, key: str, default: float = 0.0) -> float:
+    return float((value or {}).get(key, default) or 0.0)
+
+
+def complete(p: Pass) -> bool:
+    """The pass ran its pytest session to the end (a killed pass has no probe record)."""
+    return not p.skipped and p.wall_s is not None and bool(p.probe.get("tests"))
+
+
+def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
+    """Totals, ratios, the outcome check and the profile, from the passes' records."""
+    ran = {n: p for n, p in passes.items() if complete(p)}
+    reference = ran.get("P") or next(iter(ran.values()), None)
+    ref_outcomes = {t: v.get("outcome") for t, v in (reference.probe.get("tests", {})
+                                                      if reference else {}).items()}
+    totals: dict[str, Any] = {}
+    for n, p in passes.items():
+        if n not in ran:
+            totals[n] = {"skipped": p.skipped or f"killed or crashed (rc={p.rc}) after "
+                                                  f"{p.wall_s:.0f} s, before its session ended"}
+            continue
+        tests = p.probe.get("tests", {})
+        outcomes = {t: v.get("outcome") for t, v in tests.items()}
+        counts: dict[str, int] = {}
+        for o in outcomes.values():
+            counts[o or "unknown"] = counts.get(o or "unknown", 0) + 1
+        differ = sorted(t for t in set(ref_outcomes) | set(outcomes)
+                        if ref_outcomes.get(t) != outcomes.get(t))
+        timers = p.probe.get("timers", {})
+        ours = p.probe.get("ours") or {}
+        marks = p.probe.get("marks", {})
+        totals[n] = {
+            "wall_s": p.wall_s, "rc": p.rc,
+            "inside_pytest_s": round(_num(marks, "collection_s") + _num(marks, "tests_s"), 3),
+            "outcomes": counts, "outcomes_differ_from_P": differ,
+            "benchmarks_triton": int(_num(timers.get("triton_autotuner_bench"), "calls")),
+            "benchmarks_ours": int(ours.get("benchmarks", 0)),
+            "hits": int(ours.get("hits", 0)), "misses": int(ours.get("misses", 0)),
+            "tuned": int(ours.get("tuned", 0)), "compiles": p.compiles,
+            "triton_compile_calls": int(_num(timers.get("triton_compile"), "calls")),
+            "launcher_builds": int(_num(timers.get("launcher_build"), "calls")),
+            "kernels_served": ours.get("kernels_served"),
+            "kernels_on_triton": ours.get("kernels_on_triton"),
+        }
+    ratios: dict[str, Any] = {}
+    for n, (base, target) in TARGETS.items():
+        a, b = ran.get(n), ran.get(base)
+        if a and b and b.wall_s:
+            value = a.wall_s / b.wall_s
+            ratios[n] = {"vs": base, "ratio": round(value, 3), "target": target,
+                         "met": value <= target}
+    return {"totals": totals, "ratios": ratios, "profile": profile(ran),
+            "identical_outcomes": all(not t.get("outcomes_differ_from_P")
+                                      for t in totals.values() if "wall_s" in t),
+            "s_load_benchmarks": (totals.get("S-load", {}).get("benchmarks_ours", 0)
+                                  + totals.get("S-load", {}).get("benchmarks_triton", 0))
+            if "S-load" in ran else None}
+
+
+def _mark(name: str) -> Any:
+    return lambda p: _num(p.probe.get("marks"), name)
+
+
+def _timer(name: str) -> Any:
+    return lambda p: _num(p.probe.get("timers", {}).get(name), "seconds")
+
+
+def _exit_s(p: Pass) -> float:
+    marks = p.probe.get("marks") or {}
+    if "finished_at" not in marks or "t0" not in marks or p.wall_s is None:
+        return 0.0
+    return max(0.0, marks["t0"] + p.wall_s - marks["finished_at"])
+
+
+PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to the wall time
+    ("start-up: interpreter, pytest, until plugins load", _mark("startup_s")),
+    ("plugins and their configure (our routing install, imports)", _mark("plugins_configure_s")),
+    ("CUDA driver start-up", _mark("cuda_init_s")),
+    ("collection: imports of the library, kernels decorated", _mark("collection_s")),
+    ("tests", _mark("tests_s")),
+    ("exit: session end, dump write, interpreter shutdown", _exit_s),
+    ("  inside: triton.compile (compiles, and loads from the compile cache)",
+     _timer("triton_compile")),
+    ("  inside: launcher builds (compile_module_from_src)", _timer("launcher_build")),
+    ("  inside: Triton's autotuner benchmarks", _timer("triton_autotuner_bench")),
+    ("  inside: our cache lookups (Cache.lookup)", _timer("ours_lookup")),
+)
+
+
+def profile(ran: dict[str, Pass]) -> list[dict[str, Any]]:
+    rows = []
+    for label, read in PROFILE_ROWS:
+        rows.append({"what": label, **{n: round(read(p), 3) for n, p in ran.items()}})
+    rows.append({"what": "process wall", **{n: p.wall_s for n, p in ran.items()}})
+    rows.append({"what": "  calls: triton.compile / launcher builds / Triton benchmarks / "
+                 "our lookups", **{n: "{} / {} / {} / {}".format(*(
+                     int(_num(p.probe.get("timers", {}).get(k), "calls")) for k in (
+                         "triton_compile", "launcher_build", "triton_autotuner_bench",
+                         "ours_lookup"))) for n, p in ran.items()}})
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
+             meta: dict[str, Any]) -> str:
+    lines = [f"# suite_perf: {suite.name}", "",
+             f"Library: {suite.library}; tests: {suite.source}; selection: "
+             f"`{' '.join(suite.args)}`", "",
+             f"Machine: {meta.get('device')}; torch {meta.get('torch')}, triton "
+             f"{meta.get('triton')}; {meta.get('when')}", "",
+             "| pass | wall s | inside pytest s | vs P | vs W | outcomes | identical to P | "
+             "benchmarks (Triton / ours) | hits | tuned | compiles | triton.compile calls | "
+             "launcher builds |", "|" + " --- |" * 13]
+    totals = summary["totals"]
+    p_wall = totals.get("P", {}).get("wall_s")
+    w_wall = totals.get("W", {}).get("wall_s")
+    for n in PASSES:
+        t = totals.get(n)
+        if t is None:
+            continue
+        if "skipped" in t:
+            lines.append(f"| {n} | skipped: {t['skipped']} |" + " |" * 11)
+            continue
+        vs_p = t["wall_s"] / p_wall if p_wall else None
+        vs_w = t["wall_s"] / w_wall if w_wall else None
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(t["outcomes"].items()))
+        same = "yes" if not t["outcomes_differ_from_P"] else \
+            f"**no** ({len(t['outcomes_differ_from_P'])})"
+        lines.append(
+            f"| {n} | {t['wall_s']:.2f} | {t['inside_pytest_s']:.2f} | {_fmt(vs_p)} | "
+            f"{_fmt(vs_w)} | {outcomes} | {same} | {t['benchmarks_triton']} / "
+            f"{t['benchmarks_ours']} | {t['hits']} | {t['tuned']} | {t['compiles']} | "
+            f"{t['triton_compile_calls']} | {t['launcher_builds']} |")
+    lines += ["", "| target | ratio | target | met |", "| --- | --- | --- | --- |"]
+    for n, r in summary["ratios"].items():
+        lines.append(f"| {n} vs {r['vs']} | {r['ratio']:.3f} | <= {r['target']} | "
+                     f"{'yes' if r['met'] else '**no**'} |")
+    ran = [n for n in PASSES if n in totals and "wall_s" in totals[n]]
+    lines += ["", "## Where the time goes (seconds; the rows above 'inside' add up to the wall "
+              "time; the timers inside sum calls on every thread, background compiles too)", "",
+              "| | " + " | ".join(ran) + " |", "| --- |" + " --- |" * len(ran)]
+    for row in summary["profile"]:
+        lines.append(f"| {row['what']} | " + " | ".join(_fmt(row.get(n)) for n in ran) + " |")
+    lines += ["", "## Per test (seconds, outcome)", "",
+              "| test | " + " | ".join(ran) + " |", "| --- |" + " --- |" * len(ran)]
+    names = sorted({t for n in ran for t in passes[n].probe.get("tests", {})})
+    for t in names:
+        cells = []
+        for n in ran:
+            rec = passes[n].probe.get("tests", {}).get(t)
+            cells.append("missing" if rec is None else
+                         f"{rec.get('seconds', 0):.2f} {rec.get('outcome', '?')}")
+        lines.append(f"| `{t}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> dict[str, Any]:
+    meta: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    with contextlib.suppress(Exception):
+        import torch
+        import triton
+
+        meta.update(torch=torch.__version__, triton=triton.__version__,
+                    device=torch.cuda.get_device_name() if torch.cuda.is_available()
+                    else "CPU (Triton interpreter)")
+    return meta
+
+
+def write(out: Path, suite: Suite, passes: dict[str, Pass], meta: dict[str, Any],
+          smoke: bool) -> str:
+    summary = summarize(passes)
+    result = {"suite": suite.name, "library": suite.library, "source": suite.source,
+              "args": list(suite.args), "smoke": smoke, "meta": meta, **summary,
+              "raw": {n: {"wall_s": p.wall_s, "rc": p.rc, "skipped": p.skipped, "flags": p.flags,
+                          "options": p.options, "env": p.env, "compiles": p.compiles,
+                          "probe": p.probe} for n, p in passes.items()}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"suite_perf_{suite.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    md = markdown(suite, passes, summary, meta)
+    (out / f"suite_perf_{suite.name}.md").write_text(md)
+    return md
+
+
+def resummarize(path: Path, out: Path) -> int:
+    """The summary and table again from an earlier JSON's raw records (same suite)."""
+    data = json.loads(path.read_text())
+    suite = Suite(data["suite"], data["library"], data["source"], tuple(data["args"]))
+    passes = {n: Pass(n, r.get("options", []), r.get("flags", ""), r.get("env", {}),
+                      r.get("wall_s"), r.get("rc"), r.get("probe") or {}, r.get("compiles", 0),
+                      r.get("skipped", ""))
+              for n, r in data["raw"].items()}
+    print(write(out, suite, passes, data["meta"], data.get("smoke", False)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--suite", choices=sorted(SUITES), default=None)
+    parser.add_argument("--tests-root", type=Path, default=None,
+                        help="the library's checkout of its tests (default: the fake suite)")
+    parser.add_argument("--passes", default=",".join(PASSES))
+    parser.add_argument("--pass-timeout", type=float, default=300.0)
+    parser.add_argument("--deadline", type=float, default=3600.0,
+                        help="seconds for the whole run: a pass that would end later is cut to "
+                             "fit, and passes not started are reported as skipped")
+    parser.add_argument("--redis-server", default=None,
+                        help="redis-server binary (default: PATH); a lib/ beside it is used")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="scratch directory for the Triton caches (default OUT/work)")
+    parser.add_argument("--resummarize", type=Path, default=None, metavar="JSON",
+                        help="rebuild the summary and table of an earlier run's JSON from its "
+                             "raw records, into OUT")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the fake library on the CPU interpreter (TRITON_INTERPRET=1)")
+    args = parser.parse_args(argv)
+    if args.resummarize is not None:
+        return resummarize(args.resummarize, args.out)
+    suite = SUITES["fake" if args.smoke or args.suite is None else args.suite]
+    tests_root = (args.tests_root or BENCH / "suite_fake").resolve()
+    names = [n.strip() for n in args.passes.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(PASSES))
+    if unknown:
+        parser.error(f"unknown passes {unknown}; valid: {', '.join(PASSES)}")
+    if "S-shared" in names and "S-fill" not in names:
+        names.append("S-fill")
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = (args.work or args.out / "work").resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    runner = Runner(suite, tests_root, args.out.resolve(), work, args.smoke, args.pass_timeout,
+                    time.monotonic() + args.deadline)
+    redis_binary = args.redis_server or shutil.which("redis-server")
+    passes = run_passes(runner, names, redis_binary)
+    print(write(args.out, suite, passes, machine(), args.smoke))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""A pytest plugin that bench/suite_perf.py loads into every pass (`-p suite_probe`).
+
+It records, for the pass's one pytest process, without changing what runs:
+  - each test's outcome and duration (setup + call + teardown);
+  - where the time went, as consecutive segments of the process: start-up until pytest loads
+    this plugin (from the `SUITE_PROBE_T0` the runner sets just before it starts the process),
+    plugins and their configure (ours installs the routing there), the CUDA driver's start-up
+    (timed once at session start: the first test would pay it otherwise), collection (imports
+    of the library, its kernels decorated), the tests, and (added by the runner) the exit;
+  - timers inside those: `triton.compile` (calls, seconds; a call served by the compile cache
+    is counted too),
+    launcher builds (Triton's `compile_module_from_src`: the C launcher and cuda_utils built
+    with the host compiler, or loaded from the compile cache), Triton's own autotuner
+    benchmarks (configs timed, seconds), our cache's lookups (calls, seconds);
+  - our cache's stats, when autotune_cache was used.
+
+It writes them as JSON to `SUITE_PROBE_OUT` at the end of the session. Timers are wall-clock
+sums over calls, and calls on background threads (our early compiles of loaded winners) are
+summed too, so they can add up to more than the session.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+_T_IMPORTED = time.time()  # pytest imports this plugin early, while it loads its plugins
+_lock = threading.Lock()
+TIMERS: dict[str, list[float]] = {}  # name -> [calls, seconds]
+TESTS: dict[str, dict[str, Any]] = {}
+MARKS: dict[str, float] = {}
+
+
+def _add(name: str, seconds: float) -> None:
+    with _lock:
+        entry = TIMERS.setdefault(name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+
+
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(fn, "_suite_probe", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _add(name, time.perf_counter() - start)
+
+    wrapper._suite_probe = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _patch(module: Any, attribute: str, name: str) -> None:
+    original = getattr(module, attribute, None)
+    if original is not None:
+        setattr(module, attribute, _timed(name, original))
+
+
+def _instrument() -> None:
+    """Wrap Triton's and our entry points; each is optional (versions differ)."""
+    try:
+        import triton
+        import triton.compiler.compiler as compiler
+        from triton.runtime import autotuner as triton_autotuner
+    except ImportError:
+        return
+    # One wrapper wherever the function is reachable: JITFunction imports it from
+    # triton.compiler when it first runs, our compile workers from where they import it.
+    wrapped = _timed("triton_compile", compiler.compile)
+    import triton.compiler as compiler_package
+
+    for module in (compiler, compiler_package, triton):
+        if getattr(module, "compile", None) is not None:
+            module.compile = wrapped
+    _patch(triton_autotuner.Autotuner, "_bench", "triton_autotuner_bench")
+    try:
+        import triton.backends.nvidia.driver as nvidia_driver
+        _patch(nvidia_driver, "compile_module_from_src", "launcher_build")
+    except ImportError:
+        pass
+    try:
+        from autotune_cache.cache import Cache
+        _patch(Cache, "lookup", "ours_lookup")
+    except ImportError:
+        pass
+
+
+def _cuda_start() -> None:
+    """Time the CUDA driver's start-up once, where there is a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return
+    start = time.perf_counter()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    MARKS["cuda_init_s"] = time.perf_counter() - start
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    MARKS["imported_at"] = _T_IMPORTED
+    _instrument()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Every plugin has configured (ours installed the routing): start the CUDA driver."""
+    MARKS["session_start_at"] = time.time()
+    _cuda_start()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    MARKS["collected_at"] = time.time()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        TESTS.setdefault(item.nodeid, {})["seconds"] = round(time.perf_counter() - start, 4)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    test = TESTS.setdefault(report.nodeid, {"outcome": "passed"})
+    if report.when == "call" or report.outcome != "passed":
+        if report.outcome == "skipped" and hasattr(report, "wasxfail"):
+            outcome = "xfailed"
+        elif report.outcome == "failed" and report.when != "call":
+            outcome = "error"
+        else:
+            outcome = report.outcome
+        if test.get("outcome") in (None, "passed") or outcome in ("failed", "error"):
+            test["outcome"] = outcome
+        if report.outcome == "failed":
+            text = str(report.longrepr or "")
+            test["failure"] = text.strip().splitlines()[-1][:300] if text.strip() else ""
+
+
+def _our_stats() -> dict[str, Any] | None:
+    import sys
+
+    if "autotune_cache.cache" not in sys.modules:
+        return None
+    from autotune_cache.cache import get_cache
+
+    return get_cache().stats.as_dict()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("SUITE_PROBE_OUT")
+    if not out:
+        return
+    marks = dict(MARKS, finished_at=time.time())
+    t0 = float(os.environ.get("SUITE_PROBE_T0") or marks["imported_at"])
+    if "session_start_at" in marks and "collected_at" in marks:
+        # Segments of the process, one after another (the runner adds the exit after this).
+        marks["startup_s"] = marks["imported_at"] - t0
+        marks["plugins_configure_s"] = marks["session_start_at"] - marks["imported_at"]
+        marks["collection_s"] = (marks["collected_at"] - marks["session_start_at"]
+                                 - marks.get("cuda_init_s", 0.0))
+        marks["tests_s"] = marks["finished_at"] - marks["collected_at"]
+    data = {
+        "marks": {k: round(v, 4) for k, v in marks.items()},
+        "timers": {k: {"calls": int(c), "seconds": round(s, 4)} for k, (c, s) in TIMERS.items()},
+        "tests": TESTS,
+        "ours": _our_stats(),
+        "exitstatus": int(session.exitstatus),
+    }
+    with open(out, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)

@@ -1,0 +1,171 @@
+"""The package a team pins: the sdist and wheel build, pass `twine check`, hold what the docs
+promise, install into a fresh virtualenv where the pytest quickstart runs, and type-check
+under `mypy --strict`. One version number in three places.
+
+The wheel is built from the sdist (`python -m build`'s default), so a file missing from the
+sdist fails here, not on a user's `pip install autotune_cache-X.tar.gz`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import autotune_cache
+from tests.docs.test_doc_snippets import plugin_env, run, snippets
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.package
+
+USER_FILE = '''\
+from pathlib import Path
+
+import autotune_cache
+from autotune_cache import entry_pb2
+from autotune_cache.triton import autotune
+
+
+def kernels(path: Path) -> list[str]:
+    results = entry_pb2.AutotuneResultsFile()
+    results.ParseFromString(path.read_bytes())
+    entry: entry_pb2.Entry = results.entries[0]
+    return [entry.key.kernel, *(e.key.kernel for e in results.entries)]
+
+
+def settings() -> autotune_cache.Settings:
+    return autotune_cache.parse_flags("--autotune_cache_dir=/tmp/cache", env={})
+
+
+def cache() -> autotune_cache.Cache:
+    return autotune_cache.get_cache()
+
+
+print(autotune, autotune_cache.__version__)
+'''
+
+
+def build(out: Path) -> tuple[Path, Path]:
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
+                           str(ROOT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (sdist,) = out.glob("*.tar.gz")
+    (wheel,) = out.glob("*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> tuple[Path, Path]:
+    pytest.importorskip("build", reason="the packaging checks need the test extra (build)")
+    return build(tmp_path_factory.mktemp("dist"))
+
+
+def test_twine_check_passes(dist):
+    proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_wheel_holds_what_the_docs_promise(dist):
+    _, wheel = dist
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+        info = f"autotune_cache-{autotune_cache.__version__}.dist-info"
+        entry_points = whl.read(f"{info}/entry_points.txt").decode()
+        metadata = whl.read(f"{info}/METADATA").decode()
+    for proto in ROOT.joinpath("autotune_cache").rglob("*.proto"):
+        rel = proto.relative_to(ROOT).with_suffix("")
+        for suffix in ("_pb2.py", "_pb2.pyi"):
+            assert f"{rel}{suffix}" in names, f"{rel}{suffix} is missing from {wheel.name}"
+    assert {"autotune_cache/py.typed", "autotune_cache_all_kernels.pth"} <= names
+    assert "[pytest11]\nautotune_cache.pytest_plugin = autotune_cache.pytest_plugin" in \
+        entry_points
+    assert "autotune-cache = autotune_cache.cli:run" in entry_points
+    assert f"\nVersion: {autotune_cache.__version__}\n" in metadata
+    assert not any(n.startswith(("tests/", "tools/", "bench/")) for n in names)
+    description = metadata.split("\n\n", 1)[1]
+    dead = re.findall(r"\]\((?!https?://|#)[^)]*\)", description)
+    assert not dead, f"links that are dead on a package index: {dead}"
+    assert "the results cache (`docs/cache.md`)" in description
+
+
+def test_the_sdist_carries_the_docs_the_description_names(dist):
+    import tarfile
+
+    sdist, _ = dist
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"CHANGELOG.md", "docs/cache.md", "docs/quickstart-pytest.md", "MANIFEST.in",
+            "autotune_cache/triton/autotune_cache_all_kernels.pth"} <= names
+
+
+def test_one_version_in_package_module_and_changelog():
+    version = autotune_cache.__version__
+    module = (ROOT / "MODULE.bazel").read_text()
+    assert re.search(r'module\(\s*name = "rules_autotune",\s*version = "([^"]+)"', module)[1] \
+        == version, "MODULE.bazel's version differs from autotune_cache.__version__"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    first = re.search(r"^## \[(\d[^\]]*)\]", changelog, re.M)
+    assert first and first[1] == version, (
+        f"CHANGELOG.md's first release heading is {first and first[1]}, not {version} "
+        "(docs/release.md)")
+
+
+def test_classifiers_claim_the_pythons_the_readme_says_are_tested():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    claimed = set(re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject))
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines()
+               if line.startswith("| Python |"))
+    tested = set(re.findall(r"3\.\d+", row.split("|")[2]))
+    assert claimed == tested, f"classifiers {claimed} but README tests {tested}"
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" in tested
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(dist, tmp_path_factory) -> Path:
+    """A virtualenv with only the wheel and what its extras pull (torch pinned to the CPU
+    wheel, as docs/quickstart-pytest.md tells a reader without a GPU)."""
+    _, wheel = dist
+    install = re.search(r"^pip install 'autotune_cache\[([\w,]+)\]'",
+                        (ROOT / "docs" / "quickstart-pytest.md").read_text(), re.M)
+    assert install, "docs/quickstart-pytest.md lost its install line"
+    where = tmp_path_factory.mktemp("venv") / "v"
+    venv.create(where, with_pip=True)
+    python = where / "bin" / "python"
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+         f"{wheel}[{install[1]}]", "torch==2.13.0", "triton==3.6.0", "mypy",
+         "types-protobuf"], capture_output=True, text=True, timeout=900,
+        env=plugin_env(str(python), checkout=False))  # no PYTHONPATH: pip would see this checkout
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return python
+
+
+def test_the_pytest_quickstart_runs_from_the_installed_wheel(fresh_venv, tmp_path):
+    env = plugin_env(str(fresh_venv), checkout=False)
+    proc = subprocess.run(
+        [str(fresh_venv), "-c", "import autotune_cache; print(autotune_cache.__file__)"],
+        capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert str(fresh_venv.parent.parent) in proc.stdout, f"not the wheel's copy: {proc.stdout}"
+    for snippet in snippets(ROOT / "docs" / "quickstart-pytest.md"):
+        run(snippet, tmp_path, env, python=str(fresh_venv))
+    assert list(tmp_path.glob("*.autotune.textproto")), "the quickstart dumped nothing"
+
+
+@pytest.mark.parametrize("install", ["wheel", "editable"])
+def test_mypy_strict_on_a_user_file(install, fresh_venv, tmp_path):
+    """`mypy --strict` on code that uses the public API and `entry_pb2.Entry`: the stubs of the
+    generated modules and py.typed are found from the wheel and from this editable checkout
+    (tools/dev.sh installs it in setuptools' compat mode, which mypy can follow)."""
+    (tmp_path / "user.py").write_text(USER_FILE)
+    python = str(fresh_venv) if install == "wheel" else sys.executable
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    proc = subprocess.run([python, "-m", "mypy", "--strict", "--no-incremental", "user.py"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=plugin_env(python, checkout=False))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,47 @@
+"""bench/suite_perf.py's CPU smoke mode: the fake library's suite in every pass on the Triton
+interpreter. The runner's figures are not asserted; what it checks is: each pass's outcomes
+test by test, the stats it reads, and S-load's 0 benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path) -> None:
+    passes = "P,W,S-cold,S-load" + (",S-shared" if shutil.which("redis-server") else "")
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = str(ROOT)
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "suite_perf.py"), str(out),
+                             "--smoke", "--passes", passes], env=env, text=True,
+                            capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads((out / "suite_perf_fake.json").read_text())
+    assert (out / "suite_perf_fake.md").read_text().startswith("# suite_perf: fake")
+    assert (out / "suite_perf_fake_logs.txt").stat().st_size > 0
+    totals = data["totals"]
+    ran = [n for n in passes.split(",")] + (["S-fill"] if "S-shared" in passes else [])
+    assert sorted(totals) == sorted(ran)
+    assert data["identical_outcomes"] is True
+    for name in ran:
+        assert totals[name]["rc"] == 0, name
+        assert totals[name]["outcomes"] == {"passed": 4, "skipped": 1}, name
+    # Triton's own autotuner tunes P and W (the interpreter ignores its cache_results); ours
+    # tunes S-cold (two kernels at two sizes) and serves every later pass from the dump.
+    assert totals["P"]["benchmarks_triton"] > 0 and totals["P"]["benchmarks_ours"] == 0
+    assert totals["S-cold"]["benchmarks_triton"] == 0 and totals["S-cold"]["tuned"] == 4
+    assert data["s_load_benchmarks"] == 0 and totals["S-load"]["hits"] == 4
+    assert sorted(totals["S-load"]["kernels_served"]) == ["fakelib.ops.add_kernel",
+                                                         "fakelib.ops.scale_kernel"]
+    assert {row["what"] for row in data["profile"]} >= {"process wall", "tests"}
