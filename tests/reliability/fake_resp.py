@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Iterator
 
@@ -51,38 +50,46 @@ def _read_command(rfile) -> list[bytes] | None:  # noqa: ANN001 - a socket file
 
 @contextlib.contextmanager
 def fake_server(reply: Reply) -> Iterator[str]:
-    """Serve `reply` on a free local port for the duration; yields a redis:// URL to it."""
+    """Serve `reply` on a free local port for the duration; yields a redis:// URL to it (with a
+    password, so tests can check that it is never printed). Every socket has a timeout and the
+    server stops by itself at exit, whatever its clients still hold open."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
 
-    class Handler(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            while True:
+    def serve(conn: socket.socket) -> None:
+        conn.settimeout(2.0)
+        with conn, conn.makefile("rb") as rfile:
+            while not stop.is_set():
                 try:
-                    args = _read_command(self.rfile)
+                    args = _read_command(rfile)
+                    if args is None:
+                        return
+                    answer = polite(args) or reply(args)
+                    if not answer:
+                        return
+                    conn.sendall(answer)
                 except (OSError, ValueError):
                     return
-                if args is None:
-                    return
-                answer = polite(args) or reply(args)
-                if not answer:
-                    return
-                try:
-                    self.wfile.write(answer)
-                    self.wfile.flush()
-                except OSError:
-                    return
 
-    class Server(socketserver.ThreadingTCPServer):
-        daemon_threads = True
-        allow_reuse_address = True
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
-    server = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     try:
-        yield f"redis://:hunter2@127.0.0.1:{server.server_address[1]}/0"
+        yield f"redis://:hunter2@127.0.0.1:{listener.getsockname()[1]}/0"
     finally:
-        server.shutdown()
-        server.server_close()
+        stop.set()
+        acceptor.join(timeout=5)
+        listener.close()
 
 
 def free_port() -> int:
