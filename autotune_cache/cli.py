@@ -225,16 +225,20 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
         out.note(f"prune: kept {plan.unknown_device} entries whose device is not recorded in "
                  f"{args.path}; --keep-device cannot judge them")
     temps = rs.leftovers() if args.path.is_dir() else []
+    kept_locks: list[str] = []
     for t in temps:
         out.line(f"{verb} leftover file {t}")
     if not args.dry_run:
-        apply_prune(rs, args.path, plan, temps)
+        for held in apply_prune(rs, args.path, plan, temps):  # a running tuning holds it
+            out.line(f"kept lock file {held}: a running process holds it")
+            temps.remove(held)
+            kept_locks.append(str(held))
     out.line(f"{verb} {len(plan.drop)} entries and {len(temps)} leftover files (temp, lock, "
              f"damaged); {len(plan.keep)} entries kept")
     out.set(path=str(args.path), dry_run=args.dry_run,
             dropped=[_row_json(r, reasons=reasons) for r, reasons in plan.drop],
             leftover_files=[str(t) for t in temps], kept=len(plan.keep),
-            kept_without_device=plan.unknown_device)
+            kept_without_device=plan.unknown_device, kept_held_locks=kept_locks)
     return EXIT_OK
 
 

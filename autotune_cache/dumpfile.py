@@ -128,15 +128,21 @@ class DumpFile:
     # ----- writing ---------------------------------------------------------------------------
 
     def write(self, pairs: Iterable[Keyed]) -> int:
-        """Write this process's entries: the dump file itself in the root, its partial file in a
-        member. Returns the number of entries written (the whole dump's in the root).
-        CacheDirError names the file on failure."""
-        pairs = list(pairs)
+        """Write this process's entries so far: the dump file itself in the root, its partial
+        file in a member. Returns the number of entries written (the whole dump's in the root).
+        In merge mode this write never waits for the dump's lock: while another run holds it,
+        the write is skipped (0 is returned) and close() writes every entry, waiting for the
+        lock once per process. CacheDirError names the file on failure."""
+        return self._write(list(pairs), wait=False)
+
+    def _write(self, pairs: list[Keyed], *, wait: bool) -> int:
         if not self.is_root:
             self._write_partial(pairs)
             return len(pairs)
         own = {key.digest(): (key, entry) for key, entry in pairs}
-        with self._merge_lock():
+        with self._merge_lock(wait=wait) as go:
+            if not go:
+                return 0
             if self.merge and self._base_changed():
                 self._base = read_existing(self.path, self.flag)
             merged = dict(self._base)
@@ -153,7 +159,7 @@ class DumpFile:
         pairs = list(pairs)
         if self._closed:
             return len(pairs)
-        count = self.write(pairs)
+        count = self._write(pairs, wait=True)
         self._closed = True
         if self.is_root:
             self._end_run()
@@ -221,20 +227,27 @@ class DumpFile:
         return merged
 
     @contextlib.contextmanager
-    def _merge_lock(self) -> Iterator[None]:
-        """Merge mode: the lock that serialises read-merge-write of one dump path across runs."""
+    def _merge_lock(self, *, wait: bool = True) -> Iterator[bool]:
+        """Merge mode: the lock that serialises read-merge-write of one dump path across runs.
+        Yields whether to write: with `wait`, always (after LOCK_TIMEOUT_S without the lock, or
+        when it cannot be taken, the write goes ahead with a warning); without, only when the
+        lock was free."""
         with contextlib.ExitStack() as stack:
             if self.merge:
                 name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
                 try:
                     lock_dir = trusted_lock_dir(Path(tempfile.gettempdir()),
                                                 "autotune_cache-dump-locks")
-                    held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
+                    held = stack.enter_context(
+                        file_lock(lock_dir / name, LOCK_TIMEOUT_S if wait else 0))
                 except LockError as e:
                     log.warning("autotune_cache: merging into %s without its lock (%s)",
                                 self.path, e)
                 else:
+                    if not held and not wait:
+                        yield False
+                        return
                     if not held:
                         log.warning("autotune_cache: merging into %s without its lock (another "
                                     "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
-            yield
+            yield True

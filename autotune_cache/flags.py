@@ -10,6 +10,7 @@ from pathlib import Path
 
 from autotune_cache import env as environment
 from autotune_cache.errors import FlagError, PathPrefixError
+from autotune_cache.redact import redact
 
 ENV_VAR = environment.AUTOTUNE_FLAGS
 MACRO_ENV_VAR = environment.RULES_AUTOTUNE_MACRO_FLAGS
@@ -33,6 +34,11 @@ class Settings:
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     all_kernels: bool = False
+
+    def __repr__(self) -> str:
+        """The dataclass repr with any password in the Redis URL shown as `***`."""
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return redact(f"Settings({shown})")
 
     def __post_init__(self) -> None:
         # The Python API accepts str paths, and one path where a list is expected.
@@ -130,16 +136,17 @@ def _redis_url(flag: str, value: str) -> str:
         url = urlsplit(value)
         _port = url.port  # a port that is not a number raises ValueError
     except ValueError as e:
-        raise FlagError(f"--{flag}={value}: not a Redis URL ({e}); {usage}.") from None
+        raise FlagError(redact(f"--{flag}={value}: not a Redis URL ({e}); {usage}.")) from None
     if url.scheme not in _REDIS_SCHEMES:
-        raise FlagError(f"--{flag}={value}: scheme {url.scheme or '(none)'!r} is not a Redis "
-                        f"scheme; {usage}.")
+        raise FlagError(redact(f"--{flag}={value}: scheme {url.scheme or '(none)'!r} is not "
+                               f"a Redis scheme; {usage}."))
     if url.scheme != "unix":
         if not url.hostname:
-            raise FlagError(f"--{flag}={value}: names no host; {usage}.")
+            raise FlagError(redact(f"--{flag}={value}: names no host; {usage}."))
         db = url.path.lstrip("/")
         if db and not db.isdigit():
-            raise FlagError(f"--{flag}={value}: database {db!r} is not a number; {usage}.")
+            raise FlagError(redact(f"--{flag}={value}: database {db!r} is not a number; "
+                                   f"{usage}."))
     return value
 
 
@@ -277,9 +284,9 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
             values[flag.field] = (*values.get(flag.field, ()), *parsed)  # type: ignore[misc]
             continue
         if flag.field in values and values[flag.field] != parsed:
-            raise FlagError(
+            raise FlagError(redact(
                 f"{ENV_VAR}: --{name} is given twice, as {given[flag.field]!r} and {token!r}; "
-                "give it once.")
+                "give it once."))
         given[flag.field] = token
         values[flag.field] = parsed
     return Settings(**values)  # type: ignore[arg-type]
@@ -307,12 +314,12 @@ def flags_text(env: Mapping[str, str] | None = None) -> str:
             continue
         theirs = macro_tokens[name]
         if parse_flags(token, env) != parse_flags(theirs, env):
-            raise FlagError(
+            raise FlagError(redact(
                 f"--{name} is set twice, differently: {ENV_VAR} has {token!r} (from the "
                 f"environment, e.g. bazel test --test_env={ENV_VAR}=...) and the "
                 f"autotuned_py_test target has {theirs!r} ({MACRO_ENV_VAR}, from its cache, "
                 "require_complete and env attributes, or its .dump mode). Both would have to "
-                f"apply: drop --{name} from {ENV_VAR}, or change the target's attributes.")
+                f"apply: drop --{name} from {ENV_VAR}, or change the target's attributes."))
     return f"{user} {macro}"
 
 

@@ -105,6 +105,12 @@ def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, wh
     except (text_format.ParseError, message.DecodeError, UnicodeDecodeError) as e:
         raise parse_error(path, str(e), text=text, what=what, data=data,
                           newer_schema_hint=newer_schema_hint) from e
+    except RecursionError:
+        # Text nesting (e.g. google.protobuf.Any within Any) deeper than Python's stack.
+        raise CorruptFileError(
+            f"{path}: not a valid {'text' if text else 'binary'}-format {what}: its messages "
+            "nest too deeply to parse (google.protobuf.Any within Any?). No XLA or "
+            "autotune_cache writer nests them so; regenerate the file.") from None
     return msg
 
 
@@ -117,17 +123,43 @@ _XLA_SIGNS = (b"results {", b"hlo_fingerprint", b"codegen_version", b"autotune_r
               b"optimal_config", b"hlo:")
 
 
-def _looks_like_xla(data: bytes) -> bool:
+# Top-level field numbers of XLA's binary files that ours lacks: AutotuneCache.entries (3) and
+# AutotuneResults.results (4), both messages (wire type 2).
+_XLA_BINARY_FIELDS = {3, 4}
+
+
+def _looks_like_xla(data: bytes, msg: message.Message | None = None) -> bool:
+    """Whether `data` is one of XLA's results files: by its text signs, or, parsed as ours
+    (`msg`, binary), by holding no entries and only XLA's top-level fields."""
+    if msg is not None:
+        from google.protobuf import unknown_fields
+
+        found = {(f.field_number, f.wire_type) for f in unknown_fields.UnknownFieldSet(msg)}
+        if (found and not getattr(msg, "entries", True)
+                and {n for n, _ in found} <= _XLA_BINARY_FIELDS
+                and {w for _, w in found} == {2}):
+            return True
     return any(sign in data[:65536] for sign in _XLA_SIGNS)
 
 
-def _version_error(path: Path | str, version: int, data: bytes = b"") -> VersionMismatchError:
-    if _looks_like_xla(data):
-        return VersionMismatchError(
-            f"{path}: is an XLA autotune results file (XLA's own format, version {version}), "
+class XlaFileError(VersionMismatchError):
+    """One of XLA's own results files was given where one of ours is read."""
+
+
+def _version_error(path: Path | str, version: int, data: bytes = b"",
+                   msg: message.Message | None = None) -> VersionMismatchError:
+    if _looks_like_xla(data, msg):
+        return XlaFileError(
+            f"{path}: is an XLA autotune results file (XLA's own format"
+            + (f", version {version}" if version else "") + "), "
             "not an autotune_cache one. Load it into XLA with "
             "--xla_gpu_load_autotune_results_from (XLA_FLAGS), or inspect it with "
             "`autotune-cache inspect`.")
+    if version == 0 and msg is not None:  # binary
+        return VersionMismatchError(
+            f"{path}: has no version field, which every autotune_cache results file has; it "
+            "is another kind of protobuf file, or damaged. Regenerate it with "
+            "--dump_autotune_results_to.")
     if version == 0:
         return VersionMismatchError(
             f"{path}: has no `version: {FORMAT_VERSION}` line, which every autotune_cache "
@@ -160,7 +192,7 @@ def parse_results(
             raise _version_error(path, 0, data) from None
         raise
     if msg.version != FORMAT_VERSION:
-        raise _version_error(path, msg.version, data)
+        raise _version_error(path, msg.version, data, None if text else msg)
     unknown = _unknown_top_level_fields(msg)
     if unknown:
         raise CorruptFileError(

@@ -19,15 +19,23 @@ MAX_BINARY_BYTES = 256 * MiB
 MAX_TEXT_BYTES = 64 * MiB
 MAX_TEXT_ESCAPES = 1024 * 1024
 MAX_ENTRY_BYTES = 4 * MiB
+# Entries in one loaded results file: the index costs a few hundred bytes per entry whatever the
+# entry's size, so a file of tiny entries is bounded by count, not by bytes.
+MAX_FILE_ENTRIES = 200_000
 MAX_REMOTE_VALUE_BYTES = 4 * MiB
+# Per miss on the Redis tier: index members read (SRANDMEMBER, so the cost does not grow with the
+# index) and the bytes of near-miss values fetched; each reply is also capped as it arrives.
+MAX_REMOTE_INDEX_MEMBERS = 256
+MAX_REMOTE_MISS_BYTES = 16 * MiB
 
-_COUNTS = {"MAX_TEXT_ESCAPES"}
+_COUNTS = {"MAX_TEXT_ESCAPES": "escapes", "MAX_REMOTE_INDEX_MEMBERS": "members",
+           "MAX_FILE_ENTRIES": "entries"}
 
 
 def describe(value: int, name: str = "") -> str:
     """How a limit reads in messages and docs: `64 MiB`, or `1,048,576 escapes`."""
     if name in _COUNTS:
-        return f"{value:,} escapes"
+        return f"{value:,} {_COUNTS[name]}"
     if value % MiB == 0:
         return f"{value // MiB} MiB"
     return f"{value:,} bytes"

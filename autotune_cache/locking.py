@@ -136,3 +136,17 @@ def file_lock(path: Path, timeout: float, *, mode: int | None = None) -> Iterato
     finally:
         with contextlib.suppress(OSError):
             lock.release()
+
+
+def remove_unheld(path: Path) -> bool:
+    """Delete the lock file `path` only while holding it ourselves, so a lock that a live
+    process holds (a tuning of any length) is never deleted under it. Returns whether the file
+    is gone; False when another process holds it, or it cannot be taken safely (a planted link
+    is left for the fix LockError names)."""
+    try:
+        with file_lock(path, timeout=0) as held:
+            if held:
+                path.unlink(missing_ok=True)
+            return held
+    except LockError:
+        return False

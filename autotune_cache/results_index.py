@@ -4,21 +4,28 @@ A load splits a canonical text file (the writer's output: `formats.serialize_key
 `autotune-cache convert`) into entry blocks (each `entries {` ... `}` at column 0), reads each
 block's kernel and problem from its first lines, and indexes the blocks by (kernel, problem). A
 lookup parses, with protobuf's own text parser, only the blocks of its key's kernel and problem,
-and uses one only when the parsed key's digest is the key's. Binary files are parsed whole and
-indexed the same way.
+and uses one only when the parsed key's digest is the key's. Binary files are indexed the same
+way, from their wire fields.
 
 The contract:
 - The index is used only when byte scans prove the file is split right (`version: 1`, then only
   blocks whose first lines are `entries {`, `key {`, `kernel: "..."`, optionally the two
   fingerprints and `problem: "..."`); a parsed block is checked against its first lines, and a
   mismatch drops the index for a full parse.
+- A binary file is indexed from a scan of its top-level wire fields: each `entries` field's span,
+  and its key alone parsed for the kernel and problem; anything but `version: 1` and well-formed
+  entries with keys is parsed whole, which names the problem.
 - Any other text file is parsed whole, and the load logs once per file, at info level, that
   `autotune-cache convert FILE FILE` makes it canonical.
 - The file is the only authority: no derived copy, cache directory or build action.
-- A block that does not parse raises CorruptFileError naming the file and the line, when the
-  block is first needed; the escape cap (limits.py) is checked on each block before it is parsed,
-  and on the whole file before a full parse.
-- The file's bytes stay in memory: peak memory is about the file's size.
+- A block that does not parse raises CorruptFileError naming the file and the line (the entry
+  and its bytes, for binary), when the block is first needed; the escape cap (limits.py) is
+  checked on each block before it is parsed, and on the whole file before a full parse.
+- The file's bytes stay in memory: peak memory is the file's size plus a few hundred bytes of
+  index per entry (built in one pass that keeps only each block's names), not the 8 (text) to
+  48 (binary) times its size a full parse costs. So that docs/security.md's figures hold, a file
+  has at most MAX_FILE_ENTRIES entries and an indexed entry at most MAX_ENTRY_BYTES, each
+  refused with a CorruptFileError naming the file.
 - Several entries with one key: the last wins, as with a full parse.
 Why, and the proof that a checked file holds one entry per block:
 docs/decisions/0007-text-file-is-its-own-index.md.
@@ -31,10 +38,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
-from google.protobuf import text_encoding, text_format
+from google.protobuf import message, text_encoding, text_format
 
+from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import (
     FORMAT_VERSION,
     check_text_budget,
@@ -44,6 +51,7 @@ from autotune_cache.formats import (
     read_results_file,
 )
 from autotune_cache.key import CacheKey
+from autotune_cache.limits import MAX_ENTRY_BYTES, MAX_FILE_ENTRIES, describe
 from autotune_cache.proto import autotune_results_pb2 as pb
 
 log = logging.getLogger("autotune_cache")
@@ -129,39 +137,52 @@ def _index(data: bytes) -> _Index | None:
     if not data.startswith(_START, len(_HEAD)) or not data.endswith(_END):
         return None
     starts = [len(_HEAD), *(m.end() for m in _NEXT_BLOCK.finditer(data, len(_HEAD)))]
+    if len(starts) > MAX_FILE_ENTRIES:
+        raise _TooMany(len(starts))
     ends = [*starts[1:], len(data)]
     match = _KEY_HEAD.match
-    found = [match(data, start) for start in starts]
-    if None in found:
-        return None
-    heads = cast("list[re.Match[bytes]]", found)
-    texts = b"".join([m.group(0) for m in heads])
-    raw = [m.group(1, 4) for m in heads]
-    if b"\\" in texts or not texts.isascii():
-        decoded = [(_unescape(kernel), _unescape(problem or b"")) for kernel, problem in raw]
-        if any(not kernel or problem is None for kernel, problem in decoded):
-            return None
-        names = cast("list[tuple[str, str]]", decoded)
-    else:
-        names = [(kernel.decode(), problem.decode() if problem else "") for kernel, problem in raw]
-        if any(not kernel for kernel, _ in raw):  # `kernel: ""`: not what the writer writes
-            return None
+    # One pass, keeping only each block's names: no match object outlives its block, so the
+    # index costs a few hundred bytes per entry, at its peak too.
+    names: list[tuple[str, str]] = []
     groups: dict[tuple[str, str], list[int]] = {}
-    for i, name in enumerate(names):
+    kernels: dict[str, str] = {}
+    header_entries = 0
+    for i, start in enumerate(starts):
+        head = match(data, start)
+        if head is None:
+            return None
+        kernel_raw, problem_raw = head.group(1, 4)
+        if b"\\" in kernel_raw or (problem_raw and b"\\" in problem_raw) or not (
+                kernel_raw.isascii() and (not problem_raw or problem_raw.isascii())):
+            kernel_text, problem_text = _unescape(kernel_raw), _unescape(problem_raw or b"")
+            if not kernel_text or problem_text is None:
+                return None
+        else:
+            if not kernel_raw:  # `kernel: ""`: not what the writer writes
+                return None
+            kernel_text, problem_text = kernel_raw.decode(), (problem_raw or b"").decode()
+        name = (kernels.setdefault(kernel_text, kernel_text), problem_text)
+        names.append(name)
         group = groups.get(name)
         if group is None:
             groups[name] = [i]
         else:
             group.append(i)
-        if not name[1]:
-            end = heads[i].end()
+        header_entries += data.count(b"entries", start, head.end())
+        if not problem_text:
+            end = head.end()
             if data.find(b"problem", end, ends[i]) >= 0 and not _in_strings(
                     data, b"problem", [], end, ends[i]):
                 return None
-    if data.count(b"entries") != texts.count(b"entries") and not _in_strings(
-            data, b"entries", [m.span() for m in heads]):
+    if data.count(b"entries") != header_entries and not _in_strings(
+            data, b"entries", [m.span() for m in (match(data, start) for start in starts)
+                               if m is not None]):
         return None
     return _Index(starts, ends, groups, names)
+
+
+class _TooMany(Exception):
+    """A canonical text file has more blocks than MAX_FILE_ENTRIES."""
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -187,11 +208,13 @@ class LoadedFile:
     count: int
     data: bytes = b""
     index: _Index | None = None
+    binary: bool = False
     _keys: dict[int, CacheKey] = field(default_factory=dict)
 
     @property
     def indexed(self) -> bool:
-        """Whether entries are parsed on use from the text's blocks (a canonical text file)."""
+        """Whether entries are parsed on use from the file's bytes (a canonical text file, or a
+        well-formed binary one)."""
         return self.index is not None
 
     def __len__(self) -> int:
@@ -218,15 +241,22 @@ class LoadedFile:
         assert index is not None
         start, end = index.starts[i], index.ends[i]
         block = self.data[start:end]
-        check_text_budget(block, self.path)
         msg = pb.AutotuneResultsFile()
-        try:
-            text_format.Parse(block.decode("utf-8"), msg)
-        except (text_format.ParseError, UnicodeDecodeError) as e:
-            line = self.data.count(b"\n", 0, start)
-            detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
-            raise parse_error(self.path, detail, text=True,
-                              what="autotune results file") from e
+        if self.binary:
+            try:
+                msg.entries.add().MergeFromString(block)
+            except message.DecodeError as e:
+                raise parse_error(self.path, f"entry {i} (bytes {start}-{end}): {e}",
+                                  text=False, what="autotune results file") from e
+        else:
+            check_text_budget(block, self.path)
+            try:
+                text_format.Parse(block.decode("utf-8"), msg)
+            except (text_format.ParseError, UnicodeDecodeError) as e:
+                line = self.data.count(b"\n", 0, start)
+                detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
+                raise parse_error(self.path, detail, text=True,
+                                  what="autotune results file") from e
         entry = msg.entries[0] if len(msg.entries) == 1 else None
         if (entry is None or msg.version != 0
                 or (entry.key.kernel, entry.key.problem) != index.heads[i]):
@@ -278,9 +308,10 @@ class LoadedFile:
 
     def unparsed_bytes_of(self, kernel: str) -> int:
         """The bytes of text `items(kernel)` would still parse: the blocks of `kernel`'s
-        entries not parsed yet (0 for a binary or non-canonical file, parsed at load)."""
+        entries not parsed yet (0 for a binary file, whose entries parse in microseconds, and
+        for a non-canonical one, parsed at load)."""
         index = self.index
-        if index is None:
+        if index is None or self.binary:  # binary entries parse in microseconds
             return 0
         return sum(index.ends[i] - index.starts[i] for (k, _), group in self.groups.items()
                    if k == kernel for i in group if i not in self.entries)
@@ -294,25 +325,144 @@ def _parse_whole(path: Path, data: bytes) -> LoadedFile:
     if is_text_path(path):
         check_text_budget(data, path)
     entries = list(parse_results(data, path).entries)
+    _check_count(path, len(entries))
     groups: dict[tuple[str, str], list[int]] = {}
     for i, entry in enumerate(entries):
         groups.setdefault((entry.key.kernel, entry.key.problem), []).append(i)
     return LoadedFile(path, groups, dict(enumerate(entries)), len(entries))
 
 
+def _check_count(path: Path, count: int, *, at_least: bool = False) -> None:
+    if count > MAX_FILE_ENTRIES:
+        raise CorruptFileError(
+            f"{path}: has {'more than ' if at_least else ''}{count:,} entries, more than the "
+            f"{describe(MAX_FILE_ENTRIES, 'MAX_FILE_ENTRIES')} one results file may hold "
+            "(each costs memory whatever its size). Split it: give --load_autotune_results_from "
+            "several files (`autotune-cache merge` and `prune` write subsets).")
+
+
+def _check_sizes(path: Path, index: _Index) -> None:
+    for i, (start, end) in enumerate(zip(index.starts, index.ends, strict=True)):
+        if end - start > MAX_ENTRY_BYTES:
+            raise CorruptFileError(
+                f"{path}: entry {i} ({index.heads[i][0]}) is {end - start:,} bytes, more than "
+                f"the {describe(MAX_ENTRY_BYTES)} one entry may have; no tuner writes such an "
+                "entry, so the file is damaged or not ours. Regenerate it.")
+
+
+# Ways text format opens an `entries` field; their count bounds the entries of any text file
+# before it is parsed (a string holding one of them only makes the bound looser).
+_TEXT_OPENERS = (b"entries {", b"entries{", b"entries:", b"entries <", b"entries<")
+
+
+def _text_entries_at_least(data: bytes) -> int:
+    return sum(data.count(opener) for opener in _TEXT_OPENERS)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]  # IndexError past the end: the caller falls back to a full parse
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _binary_index(path: Path, data: bytes) -> _Index | None:
+    """The index of binary `data`: each top-level `entries` field's span and its key's kernel
+    and problem (the key parsed alone, merged as protobuf merges repeated `key` fields), or
+    None when the file is anything but `version: 1` and well-formed entries with keys, for a
+    full parse to name the problem. Raises CorruptFileError past MAX_FILE_ENTRIES."""
+    starts: list[int] = []
+    ends: list[int] = []
+    heads: list[tuple[str, str]] = []
+    groups: dict[tuple[str, str], list[int]] = {}
+    kernels: dict[str, str] = {}
+    version = 0
+    pos, size = 0, len(data)
+    try:
+        while pos < size:
+            tag, pos = _varint(data, pos)
+            if tag == 0x08:  # version, a varint
+                version, pos = _varint(data, pos)
+                continue
+            if tag != 0x12:  # anything but `entries`: a full parse says what it is
+                return None
+            length, pos = _varint(data, pos)
+            end = pos + length
+            if end > size:
+                return None
+            keys = []
+            inner = pos
+            while inner < end:  # the entry's own fields: collect `key` (1), skip the rest
+                inner_tag, inner = _varint(data, inner)
+                wire = inner_tag & 7
+                if wire == 0:
+                    _, inner = _varint(data, inner)
+                elif wire == 1:
+                    inner += 8
+                elif wire == 5:
+                    inner += 4
+                elif wire == 2:
+                    n, inner = _varint(data, inner)
+                    if inner_tag >> 3 == 1:
+                        keys.append(data[inner:inner + n])
+                    inner += n
+                else:
+                    return None
+            if inner != end or not keys:
+                return None
+            key = pb.Key.FromString(b"".join(keys))
+            if not key.kernel:
+                return None
+            kernel = kernels.setdefault(key.kernel, key.kernel)
+            head = (kernel, key.problem)
+            groups.setdefault(head, []).append(len(starts))
+            starts.append(pos)
+            ends.append(end)
+            heads.append(head)
+            if len(starts) > MAX_FILE_ENTRIES:
+                _check_count(path, len(starts), at_least=True)
+            pos = end
+    except (IndexError, ValueError, message.DecodeError):
+        return None
+    if version != FORMAT_VERSION:
+        return None
+    return _Index(starts, ends, groups, heads)
+
+
 def load_file(path: Path | str) -> LoadedFile:
-    """Load one results file (text or binary by its extension): a canonical text file is
-    indexed and its entries parsed on use; any other file is parsed whole."""
+    """Load one results file (text or binary by its extension): a canonical text file or a
+    well-formed binary file is indexed and its entries parsed on use; any other file is parsed
+    whole. A file with more than MAX_FILE_ENTRIES entries, or an indexed entry over
+    MAX_ENTRY_BYTES, is refused with a CorruptFileError naming it."""
     path = Path(path)
     text = is_text_path(path)
     data = read_results_file(path, budget=False)  # the escape budget: per parsed entry
     if text:
-        index = _index(data)
+        _check_count(path, _text_entries_at_least(data) if len(data) > MAX_FILE_ENTRIES * 8
+                     else 0, at_least=True)
+        try:
+            index = _index(data)
+        except _TooMany as e:
+            _check_count(path, e.args[0])
+            raise
         if index is not None:
+            _check_sizes(path, index)
             return LoadedFile(path, index.groups, {}, len(index.starts), data, index)
         if str(path) not in _hinted and data.strip():
             _hinted.add(str(path))
             log.info("autotune_cache: %s is not canonical text (hand-edited, or written by "
                      "another tool), so it is parsed whole; %s", path,
                      CONVERT_HINT.format(path=path))
+    elif data.strip():
+        index = _binary_index(path, data)
+        if index is not None:
+            _check_sizes(path, index)
+            return LoadedFile(path, index.groups, {}, len(index.starts), data, index,
+                              binary=True)
     return _parse_whole(path, data)

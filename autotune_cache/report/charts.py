@@ -9,8 +9,11 @@ Output is deterministic: a fixed SVG hash salt and no date metadata.
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Sequence
+import math
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
@@ -19,8 +22,9 @@ from autotune_cache.report.model import Section
 WINNER = "#2ca02c"
 OTHER = "#7f9fc4"
 FAILED = "#d62728"
+# Names are data, never math: `$` in a kernel or problem name is drawn as a dollar sign.
 _RC = {"svg.hashsalt": "autotune-cache-report", "svg.fonttype": "none", "font.size": 8,
-       "axes.titlesize": 9}
+       "axes.titlesize": 9, "text.parse_math": False}
 _ROW_INCHES = 0.24
 _MAX_LABEL = 70
 
@@ -41,16 +45,37 @@ def _short(text: str, limit: int = _MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Times a chart can place: a damaged or forged entry may hold NaN, infinities, negative or
+# astronomically large times, which are listed as text instead of drawn.
+_MAX_PLOTTED_MS = 1e12
+
+
+def _plottable(time_ms: float | None) -> bool:
+    return time_ms is not None and math.isfinite(time_ms) and 0 <= time_ms <= _MAX_PLOTTED_MS
+
+
+@contextlib.contextmanager
+def _quiet_glyphs() -> Iterator[None]:
+    """Names are drawn as given: a character the font lacks shows as a box, and a name too
+    long for the layout is cut at the edge, without a warning on the user's terminal."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
+        warnings.filterwarnings("ignore", message="constrained_layout not applied")
+        yield
+
+
 def _rows(section: Section) -> int:
     return max(1, len(section.candidates))
 
 
 def draw(ax: object, section: Section, title: str | None = None) -> None:
     """Draw `section`'s candidates on the matplotlib axes `ax`."""
-    ok = sorted((c for c in section.candidates if not c.failure and c.time_ms is not None),
+    ok = sorted((c for c in section.candidates if not c.failure and _plottable(c.time_ms)),
                 key=lambda c: c.time_ms)
+    odd = [c for c in section.candidates if not c.failure and c.time_ms is not None
+           and not _plottable(c.time_ms)]
     failed = [c for c in section.candidates if c.failure]
-    labels = [_short(c.config) for c in ok] + [_short(c.config) for c in failed]
+    labels = [_short(c.config) for c in (*ok, *odd, *failed)]
     y = list(range(len(labels)))
     times = [c.time_ms for c in ok]
     colors = [WINNER if c.winner else OTHER for c in ok]
@@ -68,7 +93,10 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
             note += "  baseline winner"
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, note, va="center",
                 fontsize=7, color="#111111")
-    for i, cand in enumerate(failed, start=len(ok)):
+    for i, cand in enumerate(odd, start=len(ok)):
+        ax.text(0, i, f" time {cand.time_ms!r} ms: not a time a benchmark measures (damaged "
+                "entry?)", va="center", fontsize=7, color=FAILED)
+    for i, cand in enumerate(failed, start=len(ok) + len(odd)):
         ax.text(0, i, f" failed: {_short(cand.failure, 90)}", va="center", fontsize=7,
                 color=FAILED)
     ax.set_yticks(y)
@@ -77,7 +105,8 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
         if label_index >= len(ok):
             tick.set_color(FAILED)
     ax.set_ylim(len(labels) - 0.5, -0.5)  # fastest on top, no empty rows
-    ax.set_xlim(0, (max(times) if times else 1.0) * 1.35)
+    top = max(times) if times else 0.0
+    ax.set_xlim(0, top * 1.35 if top > 0 else 1.0)
     method = f", {section.timing_method}" if section.timing_method else ""
     ax.set_xlabel(f"time per launch (ms{method})")
     ax.set_title(title or f"{section.kernel} [{section.problem}]", loc="left")
@@ -88,7 +117,7 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
 def svg(section: Section) -> str:
     """The chart of one entry as an inline <svg> element."""
     matplotlib, figure = _matplotlib()
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_RC), _quiet_glyphs():
         fig = figure(figsize=(9.5, 0.9 + _ROW_INCHES * _rows(section)), layout="constrained")
         draw(fig.add_subplot(), section)
         buf = io.StringIO()
@@ -108,7 +137,7 @@ def png_per_kernel(sections: Sequence[Section], directory: Path) -> list[Path]:
     written = []
     for kernel, group in sorted(by_kernel.items()):
         heights = [0.9 + _ROW_INCHES * _rows(s) for s in group]
-        with matplotlib.rc_context(_RC):
+        with matplotlib.rc_context(_RC), _quiet_glyphs():
             fig = figure(figsize=(9.5, sum(heights)), layout="constrained")
             axes = fig.subplots(len(group), 1, squeeze=False,
                                 gridspec_kw={"height_ratios": heights})[:, 0]

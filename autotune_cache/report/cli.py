@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def cmd_report(args: argparse.Namespace, out: Out) -> int:
     from autotune_cache.report import charts
-    from autotune_cache.report.model import build_reports
+    from autotune_cache.report.model import build_reports, shown
     from autotune_cache.report.page import render_html
 
     if args.output is None and args.png is None:
@@ -24,12 +24,12 @@ def cmd_report(args: argparse.Namespace, out: Out) -> int:
     if args.output is not None:
         write_atomic(args.output, render_html(report).encode("utf-8"))
         out.set(html=str(args.output))
-        out.line(f"wrote {args.output}: {len(report.sections)} entries from "
+        out.line(f"wrote {shown(args.output)}: {len(report.sections)} entries from "
                  f"{len(report.files)} inputs")
     if args.png is not None:
         written = charts.png_per_kernel(report.sections, args.png)
         out.set(png=[str(w) for w in written])
-        out.line(f"wrote {len(written)} charts to {args.png}"
+        out.line(f"wrote {len(written)} charts to {shown(args.png)}"
                  + ("" if written else " (no input records candidate timings)"))
     out.set(entries=len(report.sections), inputs=len(report.files))
     return 0

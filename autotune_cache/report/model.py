@@ -10,11 +10,13 @@ Change says whether the winner changed and by how much.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import Row
@@ -145,18 +147,25 @@ def _section_from_row(source: str, row: Row) -> Section:
                    config=row.config, time_ms=row.time_ms, tuned_at=row.tuned_at)
 
 
+def shown(path: Path | str) -> str:
+    """How the page and messages name `path`: a name that is not UTF-8 (bytes the file system
+    allows) keeps its other characters, with each undecodable byte as `\\xNN`."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def read_file(path: Path) -> tuple[FileReport, list[Row]]:
     """The report of one file or directory, and its rows (for baseline matching)."""
     results = load_any(path)
     rows = results.rows()
+    name = shown(path)
     if isinstance(results, OurResults):
         by_id = {r.id: r for r in rows}
-        sections = [_section_from_entry(str(path), results.entries[r.id]) for r in by_id.values()]
+        sections = [_section_from_entry(name, results.entries[r.id]) for r in by_id.values()]
         timings = True
     else:
-        sections = [_section_from_row(str(path), r) for r in rows]
+        sections = [_section_from_row(name, r) for r in rows]
         timings = False
-    report = FileReport(str(path), results.format_name, sections, timings,
+    report = FileReport(name, results.format_name, sections, timings,
                         Counter(r.device for r in rows), Counter(r.toolchain for r in rows))
     return report, rows
 
@@ -204,8 +213,26 @@ def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) 
 
 def build_reports(paths: Sequence[Path], baselines: Sequence[Path] = ()) -> Report:
     """The report of `paths`, compared with the pooled entries of `baselines` when given."""
-    report = Report([read_file(Path(p))[0] for p in paths], [str(b) for b in baselines])
+    report = Report([read_file(Path(p))[0] for p in paths], [shown(b) for b in baselines])
     if baselines:
-        rows = [row for b in baselines for row in read_file(Path(b))[1]]
+        read = [read_file(Path(b)) for b in baselines]
+        _check_formats(report.files, [old for old, _ in read])
+        rows = [row for _, old_rows in read for row in old_rows]
         report.removed = apply_baseline(report.files, rows)
     return report
+
+
+def _check_formats(files: Sequence[FileReport], baselines: Sequence[FileReport]) -> None:
+    """Refuse a baseline whose formats are not the inputs': entries of two formats are keyed
+    differently (a kernel and problem against an HLO fingerprint), so nothing would match and
+    every entry would show as new and every baseline entry as removed."""
+    new = {f.format_name for f in files}
+    old = {f.format_name for f in baselines}
+    if new != old:
+        def named(reports: Sequence[FileReport]) -> str:
+            return ", ".join(f"{f.path} ({f.format_name})" for f in reports)
+        raise AutotuneCacheError(
+            f"report: --baseline compares entries of one format, but the inputs are "
+            f"{named(files)} and the baselines {named(baselines)}; entries of different "
+            "formats never match. Give a baseline of the same format as each input (the "
+            "same kind of file, from an older run).")

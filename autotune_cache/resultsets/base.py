@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 from autotune_cache.dirstore import STALE_TEMP_SECONDS
 from autotune_cache.errors import AutotuneCacheError, CorruptFileError
 from autotune_cache.formats import read_capped
+from autotune_cache.locking import remove_unheld
 from autotune_cache.safeio import open_regular
 
 CONFLICT_POLICIES = ("newest", "fastest", "error")
@@ -291,14 +292,23 @@ def prune_plan(rows: list[Row], *, keep_device: Sequence[str], keep_toolchain: S
     return plan
 
 
-def apply_prune(rs: ResultSet, path: Path, plan: PrunePlan, leftovers: list[Path]) -> None:
+def apply_prune(rs: ResultSet, path: Path, plan: PrunePlan,
+                leftovers: list[Path]) -> list[Path]:
     """Carry out a plan in place: a directory loses the dropped entries' files and the
-    leftovers; a file is rewritten without the dropped entries."""
+    leftovers; a file is rewritten without the dropped entries. A lock file is deleted only
+    while prune holds it (locking.remove_unheld): returns the lock files kept because a live
+    process holds them."""
+    kept: list[Path] = []
     if path.is_dir():
         for row, _ in plan.drop:
             if row.source:
                 Path(row.source).unlink(missing_ok=True)
         for t in leftovers:
-            t.unlink(missing_ok=True)
+            if t.suffix == ".lock":
+                if not remove_unheld(t):
+                    kept.append(t)
+            else:
+                t.unlink(missing_ok=True)
     elif plan.drop:
         rs.without({r.id for r, _ in plan.drop}).save(path)
+    return kept

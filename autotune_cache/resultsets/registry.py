@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
-from autotune_cache.formats import RESULTS_EXTENSIONS
+from autotune_cache.formats import RESULTS_EXTENSIONS, XlaFileError
 from autotune_cache.resultsets.base import Format, ResultSet
 from autotune_cache.resultsets.ours import OurFormat
 from autotune_cache.safeio import NotRegularFileError, kind_of
@@ -55,6 +55,10 @@ def load_any(path: Path | str) -> ResultSet:
         # version line, a newer version), even when another format's sniffer claimed it.
         try:
             return OurFormat().load(path)
+        except XlaFileError:
+            if failures:  # XLA's parser already said what is wrong with XLA's file
+                raise failures[0] from None
+            raise
         except VersionMismatchError:
             raise
         except CorruptFileError as e:

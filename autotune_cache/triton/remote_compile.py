@@ -27,6 +27,7 @@ except ImportError:  # a Triton without a remote cache: the flag then has nothin
 
 from autotune_cache import env
 from autotune_cache.errors import FlagError
+from autotune_cache.redact import redact
 
 log = logging.getLogger("autotune_cache")
 
@@ -88,8 +89,8 @@ def _connect() -> Any:
             _client = redis.Redis.from_url(_url, socket_timeout=TIMEOUT_S,
                                            socket_connect_timeout=TIMEOUT_S)
         except ValueError as e:
-            raise FlagError(f"--autotune_remote_cache={_url}: not a Redis URL ({e}); "
-                            "use redis://HOST:PORT[/DB]") from e
+            raise FlagError(redact(f"--autotune_remote_cache={_url}: not a Redis URL ({e}); "
+                                   "use redis://HOST:PORT[/DB]")) from e
         return _client
 
 
@@ -99,7 +100,7 @@ def _down(error: BaseException) -> None:
     if _available:
         _available = False
         log.warning("autotune_cache: the remote compile cache on %s is unavailable (%s); "
-                    "compiling locally", _url, error)
+                    "compiling locally", redact(str(_url)), redact(str(error)))
 
 
 class RedisCompileBackend(RemoteCacheBackend):

@@ -40,9 +40,15 @@ def to_text_checked(msg: message.Message, path: Path | str, *, expand_any: bool 
     Binary XLA files may carry fields from a newer XLA that our schema does not know; protobuf
     keeps them through a binary round trip but text format cannot express them.
     """
-    text = to_text(msg, expand_any=expand_any)
-    again = type(msg)()
-    text_format.Parse(text, again)
+    try:
+        text = to_text(msg, expand_any=expand_any)
+        again = type(msg)()
+        text_format.Parse(text, again)
+    except RecursionError:
+        raise CorruptFileError(
+            f"{path}: cannot write this as text: an entry nests google.protobuf.Any messages "
+            "too deeply to print (no XLA writes such a file; is it damaged?). Write a binary "
+            f"file instead (any extension other than {'/'.join(TEXT_EXTENSIONS)}).") from None
     if again.SerializeToString(deterministic=True) != msg.SerializeToString(deterministic=True):
         raise CorruptFileError(
             f"{path}: cannot write this as text without losing data: some entries carry fields "

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.errors", "autotune_cache.atomic", "autotune_cache.env",
      "autotune_cache.proto", "autotune_cache.key", "autotune_cache.limits",
      "autotune_cache.safeio", "autotune_cache.locking", "autotune_cache.lease",
-     "autotune_cache.validate", "autotune_cache.console"),
+     "autotune_cache.validate", "autotune_cache.redact", "autotune_cache.console"),
     ("autotune_cache.flags", "autotune_cache.formats"),
     ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.dumpfile",
      "autotune_cache.results_index", "autotune_cache.tuning"),

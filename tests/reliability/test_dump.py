@@ -112,3 +112,38 @@ sys.exit(main(["convert", {str(src)!r}, {str(dst)!r}]))
     res = run_python(code, env={"PYTHONDONTWRITEBYTECODE": "1"})
     res.assert_no_traceback()
     assert res.rc == 2 and str(dst) in res.err, res.err
+
+
+def test_record_never_waits_for_the_dump_lock_another_run_holds(tmp_path):
+    """Issue 22, item 6: while another run holds the dump's merge lock, record() does not wait
+    (it once waited up to 120 s per entry). The other run holds the lock until this process has
+    recorded 50 entries, so a record() that waited would hang this test instead of passing."""
+    dump, release = tmp_path / "dump.textproto", tmp_path / "release"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from pathlib import Path
+from autotune_cache.dumpfile import DumpFile
+with DumpFile(Path({str(dump)!r}), merge=True)._merge_lock():
+    print("held", flush=True)
+    while not Path({str(release)!r}).exists():
+        time.sleep(0.05)
+"""], env=child_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        res = run_python(f"""
+            from pathlib import Path
+            from autotune_cache import Cache, Settings
+            from tests.cachetools import fake_tune, make_key
+            cache = Cache(Settings(dump_to=Path({str(dump)!r}), dump_merge=True))
+            for i in range(50):
+                cache.record(fake_tune(make_key(problem={{"i": i}})))
+            print("recorded 50 while the lock was held", flush=True)
+            Path({str(release)!r}).touch()
+            cache.close()  # the one write, after the other run lets go
+        """, timeout=90)
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
+    res.assert_no_traceback()
+    assert "recorded 50 while the lock was held" in res.out, res.text
+    assert len(load_results(dump)) == 50

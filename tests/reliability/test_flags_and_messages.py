@@ -101,6 +101,20 @@ def test_xla_legacy_file_is_named_as_xla_not_as_an_old_version():
     assert "XLA" in str(e.value) and "Regenerate the file with this version" not in str(e.value)
 
 
+@pytest.mark.parametrize("name", ["legacy.textproto", "res.textproto"])
+def test_xla_binary_files_are_named_as_xla_too(tmp_path, name):
+    """Issue 22, item 10: XLA's binary files (legacy AutotuneResults, version 3, and the newer
+    AutotuneCache) given to the load flag are named as XLA's own files, as their text is."""
+    binary = tmp_path / name.replace(".textproto", ".pb")
+    assert cli_main(["convert", str(XLA / name), str(binary)]) == 0
+    with pytest.raises(CorruptFileError) as e:
+        Cache(Settings(load_from=binary))
+    message = str(e.value)
+    assert "XLA autotune results file" in message and str(binary) in message, message
+    assert "--xla_gpu_load_autotune_results_from" in message, message
+    assert "Regenerate" not in message and "line" not in message, message
+
+
 def test_file_without_a_version_line_is_not_blamed_on_xla(tmp_path, capsys):
     path = tmp_path / "nover.textproto"
     entry_text = serialize_results([fake_tune(KEY)], text=True).decode()
