@@ -1,14 +1,11 @@
 """Cross-process file locks that another user of a shared directory cannot turn into an attack.
 
-Decision (issue 11, CVE-2025-68146 and CVE-2026-22701): lock files live in directories other
-accounts may write (a shared cache directory, the benchmark lock directory under /tmp), so anyone
-there can plant a symlink, a hard link or a directory where a lock file goes. filelock releases
-before 3.20.1 opened lock files with O_TRUNC following symlinks and then chmod-ed them, which let
-such a user empty a victim's file and make it writable. So:
+Lock files live in directories other accounts may write, so anyone there can plant a symlink,
+a hard link or a directory where a lock file goes
+(docs/decisions/0019-lock-files-in-shared-directories.md). So:
 
-- filelock >= 3.20.3 is required (patched for both CVEs; it installs on Python >= 3.10, every
-  Python this library supports). An older filelock found at run time is never called: the lock is
-  skipped with a warning that names the release to install;
+- filelock >= 3.20.3 is required; an older filelock found at run time is never called: the lock
+  is skipped with a warning that names the release to install;
 - a lock directory is used only when it is a real directory (not a link) owned by this account or
   by root; one that another account owns is never trusted, and a private `<name>-<uid>` directory
   next to it is used instead;

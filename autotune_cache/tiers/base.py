@@ -1,11 +1,12 @@
 """The tier protocol: what every place results can live in offers the cache.
 
-Decision: a tier deals in `(CacheKey, pb.Entry)` pairs (a `Found` adds where it came from), so a
+A tier deals in `(CacheKey, pb.Entry)` pairs (a `Found` adds where it came from), so a
 key built once by the tuner travels whole through every tier and the dump; only bytes read from
 outside (a file, the server) are turned back into a key, to check them. The cache loops over an
 ordered list of tiers and never asks which kind a tier is: `shared` says other processes see it
 (re-read after waiting for a peer, locked while tuning, back-filled from a later tier), `writable`
-says `record` writes to it (false for the shared tiers under --autotune_cache_mode=read).
+says `record` writes to it (false for the shared tiers under --autotune_cache_mode=read)
+(docs/decisions/0020-tiers-deal-in-keys-and-entries.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """What XLA's two file formats share: a header message plus a repeated entry field, kept raw.
 
 Both `xla.autotuner.AutotuneCache` (field 3, `entries`) and the legacy `xla.AutotuneResults`
-(field 4, `results`) are "a header plus entries". Decision: entries keep the exact bytes they
-were read from, so whatever this library does not interpret (fields from a newer XLA, map
-order) is written back byte-for-byte by binary saves; a binary file is written as the header's
-bytes followed by one length-delimited field per entry, which is what protobuf itself would
-write. `HeaderSet` holds what the two result sets share: selecting, saving (file, directory or
-the per-fusion file it came from) and leftovers.
+(field 4, `results`) are "a header plus entries". Entries keep the exact bytes they were read
+from (docs/decisions/0021-xla-entries-kept-raw.md), so whatever this library does not interpret
+(fields from a newer XLA, map order) is written back byte-for-byte by binary saves; a binary
+file is written as the header's bytes followed by one length-delimited field per entry, which is
+what protobuf itself would write. `HeaderSet` holds what the two result sets share: selecting,
+saving (file, directory or the per-fusion file it came from) and leftovers.
 """
 
 from __future__ import annotations

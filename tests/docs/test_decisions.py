@@ -8,14 +8,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DECISIONS = ROOT / "docs" / "decisions"
 HISTORY = re.compile(r"\bDecisions?\b(?: \(|:)|\bissue \d+", re.IGNORECASE)
-# Files whose decision blocks are still to be moved into docs/decisions/ (they were being changed
-# on other branches when the rest moved); remove a file here once its blocks have moved.
-NOT_MOVED_YET = {
-    "autotune_cache/locking.py",
-    "autotune_cache/tiers/base.py",
-    "autotune_cache/tiers/redis.py",
-    "autotune_cache/xla/container.py",
-}
 
 
 def test_the_index_lists_every_decision_once():
@@ -37,7 +29,7 @@ def test_sources_carry_no_history():
     found = []
     for src in sorted((ROOT / "autotune_cache").rglob("*.py")):
         name = str(src.relative_to(ROOT))
-        if name in NOT_MOVED_YET or src.name.endswith("_pb2.py"):
+        if src.name.endswith("_pb2.py"):
             continue
         for number, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
             if HISTORY.search(line):
@@ -45,8 +37,3 @@ def test_sources_carry_no_history():
     assert not found, ("move the decision or issue reference into docs/decisions/ (one file, "
                        "see its README) and keep what the code promises:\n" + "\n".join(found))
 
-
-def test_the_files_not_moved_yet_still_carry_history():
-    for name in NOT_MOVED_YET:
-        text = (ROOT / name).read_text(encoding="utf-8")
-        assert HISTORY.search(text), f"{name} has no decision left; drop it from NOT_MOVED_YET"
