@@ -58,8 +58,9 @@ VARIABLES: tuple[Variable, ...] = (
              "the command a missing or stale result's message tells you to run "
              "(`bazel run //pkg:t.regen`)"),
     Variable(AUTOTUNE_PROGRESS, "you", "triton.progress",
-             "`1`/`true`/`yes`/`on` always print tuning progress lines on stderr, "
-             "`0`/`false`/`no`/`off` never (default: only for long tunings)"),
+             "`1`/`true`/`yes`/`on` always show tuning progress lines (stderr; pytest's "
+             "terminal under the plugin), `0`/`false`/`no`/`off` never (default: only for long "
+             "tunings)"),
     Variable(AUTOTUNE_BENCH_LOCK_DIR, "you", "triton.benchlock",
              "where the per-GPU benchmarking locks live"),
     Variable(AUTOTUNE_DUMP_RUN, "autotune_cache (a dump run's first process)", "dumpfile",
