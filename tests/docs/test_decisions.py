@@ -13,7 +13,6 @@ HISTORY = re.compile(r"\bDecisions?\b(?: \(|:)|\bissue \d+", re.IGNORECASE)
 NOT_MOVED_YET = {
     "autotune_cache/locking.py",
     "autotune_cache/tiers/base.py",
-    "autotune_cache/tiers/redis.py",
     "autotune_cache/xla/container.py",
 }
 
