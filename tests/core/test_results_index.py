@@ -235,3 +235,16 @@ def test_an_empty_kernel_string_is_the_full_parses_error(tmp_path):
     path.write_bytes(path.read_bytes().replace(b'kernel: "matmul"', b'kernel: ""', 1))
     with pytest.raises(CorruptFileError, match="has no key.kernel"):
         results_index.load_file(path)
+
+
+@pytest.mark.parametrize("suffix", [".textproto", ".pb"])
+def test_a_file_over_several_index_chunks_answers_like_a_full_parse(tmp_path, suffix):
+    """The text index is built in chunks of blocks; entries on either side of a chunk's edge,
+    and a kernel named like a field (`entries`), are found as a full parse finds them."""
+    count = results_index._CHUNK + 7
+    path = tmp_path / f"cache{suffix}"
+    save_results(path, [fake_tune(make_key(kernel="entries" if i % 997 == 0 else "k",
+                                           problem={"M": i})) for i in range(count)])
+    loaded = results_index.load_file(path)
+    assert loaded.indexed and len(loaded) == count
+    assert_same_as_full_parse(path, loaded)
