@@ -24,25 +24,27 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(workdir, *extra: str):
-    """A real redis-server on a free port for the duration; yields its URL."""
+def redis_server(workdir, *extra: str, password: str | None = None):
+    """A real redis-server on a free port for the duration (requiring `password` when given);
+    yields its URL, with the password in it."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.skip("redis-server is not installed (tools/dev.sh setup installs it)")
     import redis
 
     port = free_port()
+    auth = ("--requirepass", password) if password else ()
     proc = subprocess.Popen([server, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir), *extra], stdout=subprocess.DEVNULL)
+                             "--dir", str(workdir), *auth, *extra], stdout=subprocess.DEVNULL)
     try:
-        client = redis.Redis(port=port)
+        client = redis.Redis(port=port, password=password)
         for _ in range(100):
             try:
                 client.ping()
                 break
             except redis.exceptions.ConnectionError:
                 time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://{f':{password}@' if password else ''}127.0.0.1:{port}/0"
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -10,9 +10,6 @@ server that does not speak Redis is named as such; never a traceback, never a fa
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
-import time
 
 import pytest
 
@@ -21,6 +18,7 @@ from autotune_cache.errors import FlagError
 from autotune_cache.limits import MAX_REMOTE_INDEX_MEMBERS, MAX_REMOTE_VALUE_BYTES
 from autotune_cache.tiers.redis import NAMESPACE, RedisTier
 from tests.cachetools import CPU, fake_tune, make_key
+from tests.core.test_tiers_redis import redis_server
 from tests.reliability.conftest import run_python
 from tests.reliability.fake_resp import array, bulk, fake_server, free_port
 
@@ -32,28 +30,8 @@ SECRET = "hunter2-s3cret"
 @pytest.fixture(scope="module")
 def password_url(tmp_path_factory):
     """A real redis-server that requires a password, and a URL carrying it."""
-    import redis
-
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (tools/dev.sh setup installs it)")
-    port = free_port()
-    proc = subprocess.Popen([server, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--requirepass", SECRET, "--dir",
-                             str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL)
-    url = f"redis://:{SECRET}@127.0.0.1:{port}/0"
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
+    with redis_server(tmp_path_factory.mktemp("redis"), password=SECRET) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
