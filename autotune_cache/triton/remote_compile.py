@@ -115,16 +115,30 @@ class RedisCompileBackend(RemoteCacheBackend):
         return f"{NAMESPACE}:{self._key}:{filename}"
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
-        """The files the server has, by name; {} when it is down."""
+        """The files the server has, by name; {} when it is down. Each value is read only after
+        its length (STRLEN) says it fits in MAX_VALUE_BYTES, and then at most that many bytes
+        (GETRANGE): a larger or foreign value is never downloaded, and Triton compiles it."""
         if not _available:
             return {}
+        names = [self._name(f) for f in filenames]
         try:
-            values = self._client.mget([self._name(f) for f in filenames])
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:
+                pipe.strlen(name)
+            sizes = pipe.execute(raise_on_error=False)
+            fits = [(f, name) for f, name, size in zip(filenames, names, sizes, strict=True)
+                    if type(size) is int and 0 < size <= MAX_VALUE_BYTES]
+            if not fits:
+                return {}
+            pipe = self._client.pipeline(transaction=False)
+            for _, name in fits:
+                pipe.getrange(name, 0, MAX_VALUE_BYTES - 1)
+            values = pipe.execute(raise_on_error=False)
         except _errors as e:
             _down(e)
             return {}
-        return {f: v for f, v in zip(filenames, values, strict=True)
-                if v is not None and len(v) <= MAX_VALUE_BYTES}
+        return {f: v for (f, _), v in zip(fits, values, strict=True)
+                if isinstance(v, bytes) and 0 < len(v) <= MAX_VALUE_BYTES}
 
     def put(self, filename: str, data: bytes) -> None:
         """Upload one file (best effort)."""

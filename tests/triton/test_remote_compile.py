@@ -95,6 +95,23 @@ def test_oversized_values_are_neither_uploaded_nor_used(server, triton_env, tmp_
     assert machine(triton_env, tmp_path / "b").get_file("big.cubin") is None
 
 
+def test_a_value_over_the_limit_is_never_downloaded(server, triton_env, tmp_path):
+    """Planted by another writer of the server: its length is asked first, its bytes never."""
+    import redis
+
+    client = redis.Redis.from_url(server)
+    remote_compile.enable(server)
+    name = f"{remote_compile.NAMESPACE}:{KERNEL_HASH}:huge.cubin"
+    client.set(name, b"x" * (4 << 20))
+    triton_env.setattr(remote_compile, "MAX_VALUE_BYTES", 1 << 20)
+    backend = remote_compile.RedisCompileBackend(KERNEL_HASH)  # what Triton's manager calls
+    sent_before = client.info("stats")["total_net_output_bytes"]
+    assert backend.get(["huge.cubin"]) == {}
+    sent = client.info("stats")["total_net_output_bytes"] - sent_before
+    assert sent < 64 * 1024, f"the server sent {sent} bytes for a value it should not send"
+    client.delete(name)
+
+
 def test_the_users_own_cache_manager_wins(triton_env, caplog):
     triton_env.setenv(remote_compile.TRITON_CACHE_MANAGER, "mine:Manager")
     with caplog.at_level(logging.WARNING, logger="autotune_cache"):
