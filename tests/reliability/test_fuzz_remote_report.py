@@ -80,12 +80,15 @@ COMMANDS = [b"EXISTS", b"STRLEN", b"GETRANGE", b"SCARD", b"SRANDMEMBER", b"SET",
 @example({**{c: b":1\r\n" for c in COMMANDS}, b"GETRANGE": bulk(ENTRY),
           b"SRANDMEMBER": array([KEY.digest().encode()])}, b"+OK\r\n")
 def test_the_redis_tier_survives_any_server_replies(replies, default):
-    logging.getLogger("autotune_cache").setLevel(logging.CRITICAL)  # warnings are expected
-
     def answer(args: list[bytes]) -> bytes:
         return replies.get(args[0].upper() if args else b"", default)
 
-    with fake_server(answer) as url:
+    logger = logging.getLogger("autotune_cache")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # warnings are expected; restored for the other tests
+    with contextlib.ExitStack() as restore:
+        restore.callback(logger.setLevel, level)
+        url = restore.enter_context(fake_server(answer))
         tier = RedisTier(url, timeout_s=0.2)
         found = tier.get(KEY)
         assert found is None or (found.key == KEY and found.entry.key == KEY.to_proto())
