@@ -14,10 +14,9 @@ through logging's last-resort handler when nothing is configured).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 LOGGER = logging.getLogger("autotune_cache")
 
@@ -31,7 +30,7 @@ def say(line: str) -> None:
         _sink(line)
     elif _logging_configured():
         LOGGER.info(line)
-    elif LOGGER.level == logging.NOTSET or LOGGER.level <= logging.INFO:
+    elif LOGGER.level <= logging.INFO:  # NOTSET (0) included: nobody set a level
         print(line, file=sys.stderr, flush=True)
 
 
@@ -41,17 +40,6 @@ def _logging_configured() -> bool:
     pytest shows them with a failing test's captured output."""
     handlers = [*LOGGER.handlers, *logging.getLogger().handlers]
     return any(not type(h).__module__.startswith("_pytest") for h in handlers)
-
-
-@contextlib.contextmanager
-def sink(target: Sink) -> Iterator[None]:
-    """Send every line to `target` while the block runs (the pytest plugin's terminal)."""
-    global _sink
-    previous, _sink = _sink, target
-    try:
-        yield
-    finally:
-        _sink = previous
 
 
 def set_sink(target: Sink | None) -> None:

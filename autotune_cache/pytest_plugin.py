@@ -444,9 +444,10 @@ class RunnerPlugin:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.workerinput is None:
-            # The terminal summary already said what the exit line would say, after pytest's
-            # last line: drop it (the Bazel JSON report is still written).
-            console.set_sink(lambda line: None)
+            # The terminal reporter is gone; the terminal summary already said what this cache's
+            # exit line would say, after pytest's last line (the Bazel report is still written).
+            console.set_sink(None)
+            self.cache.stats.shown_elsewhere()
 
     def _short_failure(self, run: Iterator[None]) -> Iterator[None]:
         """Run one phase; a stale-cache error becomes a short failure (the message, no stack)
@@ -666,8 +667,7 @@ def _xdist_controller(config: pytest.Config) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
-                                  args: list[str]) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """--autotune-all-kernels (or its ini twin) switches the routing on before pytest imports
     the rootdir's conftest.py files, which often import the library whose kernels it routes.
     (Plugins given with -p are imported earlier still: AUTOTUNE_FLAGS=--autotune_all_kernels

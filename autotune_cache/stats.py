@@ -33,6 +33,13 @@ class Stats:
     kernels_served: set[str] = field(default_factory=set)
     kernels_on_triton: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Set when a runner already showed these numbers (the pytest plugin's terminal summary): the
+    # exit line is then not shown again; the Bazel report is still written.
+    _shown: bool = field(default=False, repr=False, compare=False)
+
+    def shown_elsewhere(self) -> None:
+        """The numbers were shown by the runner (its summary): skip the exit line."""
+        self._shown = True
 
     def hit(self, saved_seconds: float) -> None:
         with self._lock:
@@ -108,12 +115,13 @@ class Stats:
         return path
 
     def report_at_exit(self) -> None:
-        """Show the summary line (autotune_cache.console: stderr or logging; under the pytest
-        plugin, its terminal summary replaces it) and write the Bazel report, if anything
+        """Show the summary line (autotune_cache.console: stderr or logging; not when a runner
+        already showed it, see shown_elsewhere) and write the Bazel report, if anything
         happened."""
         if not self.anything_happened:
             return
-        console.say(self.summary_line())
+        if not self._shown:
+            console.say(self.summary_line())
         outputs = env.undeclared_outputs_dir()
         if outputs is not None:
             try:

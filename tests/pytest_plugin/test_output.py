@@ -79,3 +79,21 @@ def test_the_summary_counts_a_candidate_list_change(suite, monkeypatch):
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "1 hits, 3 misses (0 stale, 3 after a candidate-list change), 9 benchmarks, *"])
+
+
+def test_output_after_an_in_process_pytest_run_is_not_swallowed(suite):
+    """A script that runs pytest.main() and goes on: after the run, the library's lines reach
+    stderr again (only the plugin's own cache's exit line is left out, as its summary said it)."""
+    script = suite.makepyfile(driver=f"""
+import pytest
+from autotune_cache import console
+rc = pytest.main(["-p", "autotune_cache.pytest_plugin", "-q", "-p", "no:cacheprovider",
+                  "--autotune-cache-dir={suite.path / 'cache'}", "test_suite.py"])
+assert rc == 0, rc
+console.say("autotune_cache: a line after pytest.main")
+""")
+    result = suite.runpython(script)
+    assert result.ret == 0, result.stderr.str()
+    err = result.stderr.str()
+    assert "autotune_cache: a line after pytest.main" in err
+    assert "autotune_cache: 1 hits, 3 misses" not in err
