@@ -109,7 +109,7 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
     ax.set_xlim(0, top * 1.35 if top > 0 else 1.0)
     method = f", {section.timing_method}" if section.timing_method else ""
     ax.set_xlabel(f"time per launch (ms{method})")
-    ax.set_title(title or f"{section.kernel} [{section.problem}]", loc="left")
+    ax.set_title(title or f"{section.row.kernel} [{section.row.problem}]", loc="left")
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
     ax.set_axisbelow(True)
 
@@ -133,7 +133,7 @@ def png_per_kernel(sections: Sequence[Section], directory: Path) -> list[Path]:
     by_kernel: dict[str, list[Section]] = {}
     for s in sections:
         if s.charted:
-            by_kernel.setdefault(s.kernel, []).append(s)
+            by_kernel.setdefault(s.row.kernel, []).append(s)
     written = []
     for kernel, group in sorted(by_kernel.items()):
         heights = [0.9 + _ROW_INCHES * _rows(s) for s in group]
@@ -142,7 +142,7 @@ def png_per_kernel(sections: Sequence[Section], directory: Path) -> list[Path]:
             axes = fig.subplots(len(group), 1, squeeze=False,
                                 gridspec_kw={"height_ratios": heights})[:, 0]
             for ax, s in zip(axes, group, strict=True):
-                draw(ax, s, f"{s.kernel} [{s.problem}]\n{s.device}  {s.toolchain}")
+                draw(ax, s, f"{s.row.kernel} [{s.row.problem}]\n{s.row.device}  {s.row.toolchain}")
             name = _file_name(kernel)
             while directory / f"{name}.png" in written:  # two names that sanitise alike
                 name += "_"

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import Row
 from autotune_cache.resultsets.ours import OurResults, config_summary
@@ -63,18 +62,14 @@ class Change:
 
 @dataclass
 class Section:
-    """One entry: a kernel and problem on one device and toolchain."""
+    """One entry: a kernel and problem on one device and toolchain, as its file's `Row` (the
+    terms every format shares), with what only the report adds: where it came from, the anchor
+    of its part of the page, the candidates' timings and its change against a baseline."""
 
     anchor: str
     source: str
-    kernel: str
-    problem: str
-    device: str
-    toolchain: str
-    config: str
-    time_ms: float | None
+    row: Row
     timing_method: str = ""
-    tuned_at: str = ""
     tuning_seconds: float = 0.0
     candidates: list[Candidate] = field(default_factory=list)
     change: Change | None = None
@@ -120,31 +115,24 @@ def _anchor(*parts: str) -> str:
     return "e-" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12]
 
 
-def _section_from_entry(source: str, entry: pb.Entry) -> Section:
-    key = CacheKey.from_proto(entry.key)
+def _section_from_entry(source: str, row: Row, entry: pb.Entry) -> Section:
     result = entry.result
-    winner_text = config_summary(result.config)
     candidates = []
     marked = False
     for timing in result.candidates:
         text = config_summary(timing.config)
-        is_winner = (not marked and not timing.failure and text == winner_text
+        is_winner = (not marked and not timing.failure and text == row.config
                      and timing.time_ms == result.time_ms)
         marked = marked or is_winner
         candidates.append(Candidate(text, None if timing.failure else timing.time_ms,
                                     timing.failure, is_winner))
-    return Section(
-        anchor=_anchor(source, key.digest()), source=source, kernel=key.kernel,
-        problem=key.problem, device=str(key.device), toolchain=key.toolchain_str,
-        config=winner_text, time_ms=result.time_ms if result.candidates or result.time_ms
-        else None, timing_method=result.timing_method, tuned_at=result.tuned_at,
-        tuning_seconds=result.tuning_seconds, candidates=candidates)
+    return Section(anchor=_anchor(source, row.id), source=source, row=row,
+                   timing_method=result.timing_method, tuning_seconds=result.tuning_seconds,
+                   candidates=candidates)
 
 
 def _section_from_row(source: str, row: Row) -> Section:
-    return Section(anchor=_anchor(source, row.id), source=source, kernel=row.kernel,
-                   problem=row.problem, device=row.device, toolchain=row.toolchain,
-                   config=row.config, time_ms=row.time_ms, tuned_at=row.tuned_at)
+    return Section(anchor=_anchor(source, row.id), source=source, row=row)
 
 
 def shown(path: Path | str) -> str:
@@ -160,7 +148,7 @@ def read_file(path: Path) -> tuple[FileReport, list[Row]]:
     name = shown(path)
     if isinstance(results, OurResults):
         by_id = {r.id: r for r in rows}
-        sections = [_section_from_entry(name, results.entries[r.id]) for r in by_id.values()]
+        sections = [_section_from_entry(name, r, results.entries[r.id]) for r in by_id.values()]
         timings = True
     else:
         sections = [_section_from_row(name, r) for r in rows]
@@ -177,13 +165,13 @@ def _match_key(kernel: str, problem: str, device: str) -> tuple[str, str, str]:
 def compare(section: Section, old: Row | None) -> Change:
     """The Change of `section` against its baseline row (None: the entry is new)."""
     if old is None:
-        return Change("new", new_time_ms=section.time_ms)
-    if old.config == section.config:
-        kind = "unchanged" if old.time_ms == section.time_ms else "re-timed"
-        return Change(kind, old.config, old.time_ms, section.time_ms)
+        return Change("new", new_time_ms=section.row.time_ms)
+    if old.config == section.row.config:
+        kind = "unchanged" if old.time_ms == section.row.time_ms else "re-timed"
+        return Change(kind, old.config, old.time_ms, section.row.time_ms)
     now = next((c.time_ms for c in section.candidates
                 if c.config == old.config and not c.failure), None)
-    return Change("winner changed", old.config, old.time_ms, section.time_ms, now)
+    return Change("winner changed", old.config, old.time_ms, section.row.time_ms, now)
 
 
 def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) -> list[Row]:
@@ -197,8 +185,9 @@ def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) 
     matched: set[str] = set()
     for report in reports:
         for section in report.sections:
-            rows = pool.get(_match_key(section.kernel, section.problem, section.device), [])
-            old = next((r for r in rows if r.toolchain == section.toolchain), None) or (
+            now = section.row
+            rows = pool.get(_match_key(now.kernel, now.problem, now.device), [])
+            old = next((r for r in rows if r.toolchain == now.toolchain), None) or (
                 rows[0] if rows else None)
             if old is not None:
                 matched.add(old.id)

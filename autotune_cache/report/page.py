@@ -90,9 +90,9 @@ def _changes(report: Report) -> str:
             now = (f"{_ms(c.old_winner_now_ms)} ({_pct(c.old_winner_slower_percent)} vs new)"
                    if c.old_winner_now_ms is not None else "not benchmarked")
             out.append(
-                f'<tr class=changed><td><a href="#{s.anchor}">{_e(s.kernel)}</a> '
-                f"<span class=mono>[{_e(s.problem)}]</span></td><td>{_e(s.device)}</td>"
-                f"<td class=mono>{_e(c.old_config)}</td><td class=mono>{_e(s.config)}</td>"
+                f'<tr class=changed><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
+                f"<span class=mono>[{_e(s.row.problem)}]</span></td><td>{_e(s.row.device)}</td>"
+                f"<td class=mono>{_e(c.old_config)}</td><td class=mono>{_e(s.row.config)}</td>"
                 f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
                 f"<td>{_pct(c.percent)}</td><td>{now}</td></tr>")
         out.append("</table>")
@@ -102,8 +102,8 @@ def _changes(report: Report) -> str:
         for s in retimed:
             c = s.change
             assert c is not None
-            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.kernel)}</a> '
-                       f"<span class=mono>[{_e(s.problem)}]</span></td>"
+            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
+                       f"<span class=mono>[{_e(s.row.problem)}]</span></td>"
                        f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
                        f"<td>{_pct(c.percent)}</td></tr>")
         out.append("</table></details>")
@@ -132,12 +132,12 @@ def _entry(s: Section) -> str:
                       f"({_pct(c.percent)}).</p>")
         else:
             change = "<p>New: not in the baseline.</p>"
-    details = [("device", s.device), ("toolchain", s.toolchain),
-               ("winner", f"{s.config}  ({_ms(s.time_ms)})")]
+    details = [("device", s.row.device), ("toolchain", s.row.toolchain),
+               ("winner", f"{s.row.config}  ({_ms(s.row.time_ms)})")]
     if s.timing_method:
         details.append(("timing", s.timing_method))
-    if s.tuned_at:
-        details.append(("tuned at", s.tuned_at))
+    if s.row.tuned_at:
+        details.append(("tuned at", s.row.tuned_at))
     if s.tuning_seconds:
         details.append(("tuning took", f"{s.tuning_seconds:.2f} s"))
     dl = "".join(f"<dt>{_e(k)}</dt><dd class=mono>{_e(v)}</dd>" for k, v in details)
@@ -149,9 +149,9 @@ def _entry(s: Section) -> str:
                        "</td></tr>" for c in s.failed)
         failed = (f"<table class=failures><tr><th>failed config</th><th>reason</th></tr>{rows}"
                   "</table>")
-    return (f'<section class=entry id="{s.anchor}" data-kernel="{_e(s.kernel)}" '
-            f'data-winner="{_e(s.config)}"><h3>{_e(s.kernel)} <span class=mono>'
-            f"[{_e(s.problem)}]</span></h3>{change}<dl>{dl}</dl>{chart}{failed}</section>")
+    return (f'<section class=entry id="{s.anchor}" data-kernel="{_e(s.row.kernel)}" '
+            f'data-winner="{_e(s.row.config)}"><h3>{_e(s.row.kernel)} <span class=mono>'
+            f"[{_e(s.row.problem)}]</span></h3>{change}<dl>{dl}</dl>{chart}{failed}</section>")
 
 
 def _xla_table(f: FileReport) -> str:
@@ -161,8 +161,10 @@ def _xla_table(f: FileReport) -> str:
         was = (f"<br><span class=note>was {_e(s.change.old_config)}</span>"
                if changed and s.change is not None else "")
         rows.append(f'<tr id="{s.anchor}"{" class=changed" if changed else ""}>'
-                    f"<td class=mono>{_e(s.kernel)}</td><td class=mono>{_e(s.problem)}</td>"
-                    f"<td class=mono>{_e(s.config)}{was}</td><td>{_ms(s.time_ms)}</td></tr>")
+                    f"<td class=mono>{_e(s.row.kernel)}</td>"
+                    f"<td class=mono>{_e(s.row.problem)}</td>"
+                    f"<td class=mono>{_e(s.row.config)}{was}</td>"
+                    f"<td>{_ms(s.row.time_ms)}</td></tr>")
     return ("<p class=note>This format records only the winning config of each fusion, not "
             "every candidate's time, so there is no chart.</p><table class=xla-entries><tr>"
             "<th>fusion</th><th>problem</th><th>winner</th><th>time</th></tr>"
