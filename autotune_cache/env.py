@@ -32,6 +32,8 @@ TEST_TOTAL_SHARDS = "TEST_TOTAL_SHARDS"
 TEST_UNDECLARED_OUTPUTS_DIR = "TEST_UNDECLARED_OUTPUTS_DIR"
 TEST_SRCDIR = "TEST_SRCDIR"
 TEST_WORKSPACE = "TEST_WORKSPACE"
+PYTEST_XDIST_WORKER = "PYTEST_XDIST_WORKER"
+PYTEST_XDIST_WORKER_COUNT = "PYTEST_XDIST_WORKER_COUNT"
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,12 @@ VARIABLES: tuple[Variable, ...] = (
              "prefix (`TEST_WORKSPACE/x` is `$TEST_SRCDIR/$TEST_WORKSPACE/x`)"),
     Variable(TEST_WORKSPACE, "Bazel", "flags", "see `TEST_SRCDIR`"),
     Variable(TEST_TMPDIR, "Bazel", "triton.sandbox", "where the sandboxed Triton cache goes"),
+    Variable(PYTEST_XDIST_WORKER_COUNT, "pytest-xdist", "triton.preload",
+             "with `PYTEST_XDIST_WORKER` (`gw0`, `gw1`, …): each worker compiles loaded winners "
+             "ahead on its share of `--autotune_compile_workers`, starting at its own offset "
+             "([triton.md](triton.md#compiling-loaded-winners-early))"),
+    Variable(PYTEST_XDIST_WORKER, "pytest-xdist", "triton.preload",
+             "see `PYTEST_XDIST_WORKER_COUNT`"),
 )
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -177,3 +185,13 @@ def regen_hint() -> str:
 def triton_interpret() -> bool:
     """$TRITON_INTERPRET as a boolean (only for Triton releases without `triton.knobs`)."""
     return bool(parse_bool(get(TRITON_INTERPRET, "0")))
+
+
+def xdist_worker() -> tuple[int, int] | None:
+    """(this worker's index, the worker count) in a pytest-xdist worker (PYTEST_XDIST_WORKER
+    `gw3`, PYTEST_XDIST_WORKER_COUNT `8`), else None; None too when either is malformed."""
+    name, count = get(PYTEST_XDIST_WORKER).strip(), get(PYTEST_XDIST_WORKER_COUNT).strip()
+    if not name.startswith("gw") or not name[2:].isdigit() or not count.isdigit():
+        return None
+    index, total = int(name[2:]), int(count)
+    return (index, total) if 0 <= index < total else None

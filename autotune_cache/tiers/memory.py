@@ -86,11 +86,21 @@ class MemoryTier:
         """Every (key, entry) of `kernel` in the loaded files, earlier files first; none when
         they hold more than `max_entries` of them or more than `max_unparsed_bytes` of their
         text is still unparsed (see Cache.loaded_entries)."""
-        files = self.loaded
-        if (sum(f.count_of(kernel) for f in files) > max_entries
-                or sum(f.unparsed_bytes_of(kernel) for f in files) > max_unparsed_bytes):
+        entries, unparsed = self.loaded_cost(kernel)
+        if entries > max_entries or unparsed > max_unparsed_bytes:
             return []
-        return [item for file in files for item in file.items(kernel)]
+        return [item for file in self.loaded for item in file.items(kernel)]
+
+    def loaded_cost(self, kernel: str) -> tuple[int, int]:
+        """What loaded_entries(kernel) would read: how many entries of `kernel` the loaded files
+        hold, and how many bytes of their text are still unparsed."""
+        files = self.loaded
+        return (sum(f.count_of(kernel) for f in files),
+                sum(f.unparsed_bytes_of(kernel) for f in files))
+
+    def loaded_kernels(self) -> set[str]:
+        """The kernel names the loaded files hold entries of (nothing is parsed)."""
+        return {kernel for file in self.loaded for kernel, _ in file.problems()}
 
     def lock(self, key: CacheKey, timeout: float) -> contextlib.nullcontext[bool]:
         """Nothing to lock: no other process sees this tier."""

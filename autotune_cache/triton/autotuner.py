@@ -6,7 +6,8 @@ with its candidates and a tune callback (tune.KernelTuning), to `Cache.resolve`,
 tuning protocol: lookup in memory -> loaded files -> cache directory -> remote server, the key's
 cross-process lock and the re-read after waiting for a peer, reuse of recorded timings, tuning
 what is left, recording the winner. On a hit the recorded winner is launched: nothing is
-benchmarked and only the winner is ever compiled (preload.py may have compiled it already).
+benchmarked and only the winner is ever compiled (preload.py may have compiled it already: the
+first launch of the process starts compiling every decorated kernel's loaded winners).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from triton.runtime.autotuner import Autotuner as _TritonAutotuner
@@ -24,7 +25,7 @@ from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import remote_compile
+from autotune_cache.triton import preload, remote_compile
 from autotune_cache.triton.configs import (
     config_from_proto,
     config_to_proto,
@@ -36,7 +37,6 @@ from autotune_cache.triton.configs import (
 from autotune_cache.triton.device import current_device, interpreter_active, toolchain
 from autotune_cache.triton.fingerprint import heuristics_fingerprint, source_fingerprint
 from autotune_cache.triton.launch import launch_kwargs
-from autotune_cache.triton.preload import start_preloads
 from autotune_cache.triton.problem import problem_key, triton_style_key
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.tune import ConflictingMetaParametersError, KernelTuning
@@ -118,12 +118,14 @@ class Autotuner(_TritonAutotuner):
         self._launch_kwargs_cache: dict[int, tuple[Any, dict[str, Any]]] = {}
         # Triton's specialization data of each candidate's last compile here, by match_text.
         self.compiled_specializations: dict[str, str] = {}
-        # Background compiles of loaded winners, by key digest (see preload.py).
-        self._preloads: dict[str, Future[None]] | None = None
+        # Background compiles of loaded winners, by key digest (see preload.py); None until
+        # they are started (at this kernel's first launch, or ahead of it).
+        self._preloads: dict[str, preload.Preload] | None = None
         self._source_fingerprint: str | None = None
         # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
         # kernel's), so an edit to the file after import is not mistaken for the running code.
         self._heuristics_fingerprint = heuristics_fingerprint(fn)
+        preload.register(self)
 
     # ----- key -------------------------------------------------------------------------------
 
@@ -131,12 +133,17 @@ class Autotuner(_TritonAutotuner):
     def source_fingerprint(self) -> str:
         """Hash of the kernel source, its @jit dependencies and any @heuristics between."""
         if self._source_fingerprint is None:
-            fingerprint = source_fingerprint(self.fn)
-            heuristics = self._heuristics_fingerprint
-            if heuristics:
-                fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
-            self._source_fingerprint = fingerprint
+            self._source_fingerprint = self.fresh_source_fingerprint()
         return self._source_fingerprint
+
+    def fresh_source_fingerprint(self) -> str:
+        """The source fingerprint computed now, not kept: the key's is computed at the first
+        launch, when the global constexprs it reads hold the values the kernel runs with."""
+        fingerprint = source_fingerprint(self.fn)
+        heuristics = self._heuristics_fingerprint
+        if heuristics:
+            fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
+        return fingerprint
 
     def cache_key(self, configs: Sequence[Any], all_args: Mapping[str, Any]) -> CacheKey:
         """The results-cache key of launching with `all_args`, choosing among `configs`."""
@@ -222,11 +229,12 @@ class Autotuner(_TritonAutotuner):
         return {**self.nargs, **kwargs, **config.all_kwargs()}
 
     def _await_preload(self, key: CacheKey) -> None:
-        """Wait for the background compile of this key's winner, if one was started, so the
-        launch that follows finds it instead of compiling it a second time."""
-        future = (self._preloads or {}).get(key.digest())
-        if future is not None:
-            future.result()
+        """Wait for the background compile of this key's winner, if one was started (or run it
+        here if no pool thread has yet), so the launch that follows finds it instead of
+        compiling it a second time."""
+        found = (self._preloads or {}).get(key.digest())
+        if found is not None:
+            found.wait()
 
     def _notify_listener(self, memo: tuple, config: Any, tuned: bool) -> None:
         """Call Triton's `knobs.autotuning.listener` (Triton >= 3.7) as its autotuner does,
@@ -284,7 +292,8 @@ class Autotuner(_TritonAutotuner):
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
         if self._preloads is None:  # once per tuner, at its first launch of a new problem
-            self._preloads = {} if interpreter_active() else start_preloads(self.fn, key, cache)
+            self._preloads = {} if interpreter_active() else preload.first_launch(self, key,
+                                                                                  cache)
         tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
         # Entries from shared tiers are untrusted: a winner that is not one of these candidates
         # is a damaged entry (a miss), never launched.
@@ -340,11 +349,16 @@ def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any
     passed to Triton's Autotuner unchanged, so arguments of newer Triton releases keep working
     (and unknown ones fail exactly as they do in Triton)."""
 
-    def decorator(fn: Any) -> Autotuner:
-        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
-                         pre_hook=pre_hook, post_hook=post_hook,
-                         prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
-                         use_cuda_graph=use_cuda_graph, do_bench=do_bench,
-                         cache_results=cache_results, **triton_kwargs)
+    def decorator(fn: Any, *, kernel_name: str | None = None) -> Autotuner:
+        # `kernel_name`: the key's kernel name when not the function's (routing.py).
+        tuner = Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
+                          pre_hook=pre_hook, post_hook=post_hook,
+                          prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                          use_cuda_graph=use_cuda_graph, do_bench=do_bench,
+                          cache_results=cache_results, **triton_kwargs)
+        if kernel_name is not None:
+            tuner.kernel_name = kernel_name
+        preload.decorated(tuner)  # its compiles start now if the process's have started
+        return tuner
 
     return decorator

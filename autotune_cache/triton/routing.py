@@ -131,9 +131,8 @@ def routed_autotune(*args: Any, **kwargs: Any) -> Callable[[Any], Autotuner]:
         honour_cache_results()
 
     def decorator(fn: Any) -> Autotuner:
-        tuner = decorate(fn)
-        tuner.kernel_name = qualified_name(fn)  # before any launch: the key's kernel name
-        return tuner
+        # The key's kernel name, set before any launch and before its compiles start ahead.
+        return decorate(fn, kernel_name=qualified_name(fn))  # type: ignore[call-arg]
 
     return decorator
 

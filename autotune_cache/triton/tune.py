@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import bench as bench_mod
+from autotune_cache.triton import preload
 from autotune_cache.triton.benchlock import device_bench_lock
 from autotune_cache.triton.compile import failure_reason, precompile
 from autotune_cache.triton.configs import describe_config, match_text
@@ -167,7 +168,7 @@ class KernelTuning:
         timings: dict[int, pb.Timing] = {}
         alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
-        with lock:
+        with preload.held() if on_device else contextlib.nullcontext(), lock:
             stages = bench_mod.halving_stages(self.benchmark, len(alive))
             for stage, (benchmark, keep) in enumerate(stages):
                 for i in todo if stage == 0 else alive:

@@ -1,0 +1,98 @@
+"""Subprocess body: compile-ahead with Triton's real compiler, for sm_90, on a machine with no GPU.
+
+`tune PATH`: two kernels (add, accumulate) are tuned through `Autotuner._select` as on a GPU (a
+compile-only driver names the target, the device is stubbed, a `do_bench` that does not launch),
+and their entries, with the winners' recorded specializations, saved to PATH.
+`load PATH`: a fresh process loads them; the first kernel's hit starts compiling the second
+kernel's winner through `JITFunction.preload`; the second kernel's hit then compiles nothing.
+Prints one JSON line of counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+import torch  # noqa: E402
+from triton.runtime.driver import driver  # noqa: E402
+
+import autotune_cache.triton.autotuner as autotuner_module  # noqa: E402
+import autotune_cache.triton.tune as tune_module  # noqa: E402
+from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
+from autotune_cache.formats import save_results  # noqa: E402
+from autotune_cache.triton import autotune, preload  # noqa: E402
+from tests.triton import kernels  # noqa: E402
+from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
+
+FAKE_GPU = Device(name="Fake H100", arch="sm_90", sm_count=132)
+
+
+def do_bench(kernel_call, quantiles):  # times without launching: there is no GPU
+    return [1.0] * len(quantiles)
+
+
+def counting(jit) -> list[int]:
+    """Count the compiles Triton starts for `jit` (the preload's and the launch's)."""
+    calls: list[int] = []
+    original = jit._do_compile
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    jit._do_compile = wrapper
+    return calls
+
+
+def select(tuner, args):
+    tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
+    kwargs = {"grid": (1,), "warmup": False}
+    best, tuned = tuner._select(args, kwargs, {**tuner.nargs, **kwargs})
+    return best, tuned
+
+
+def main() -> None:
+    phase, path = sys.argv[1], sys.argv[2]
+    driver.set_active(CompileOnlyDriver())
+    autotuner_module.current_device = lambda: FAKE_GPU
+    tune_module.device_identity = lambda: "fake-gpu"
+    x = torch.empty(256)
+    add = autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
+        kernels.add_kernel)
+    acc = autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
+        kernels.accumulate_kernel)
+    add_args, acc_args = (x, x, x, 256), (x, x, 256)
+    if phase == "tune":
+        configure(Settings(compile_workers=2))
+        entries = []
+        for tuner, args in ((add, add_args), (acc, acc_args)):
+            select(tuner, args)
+            entries.append(tuner.last_entry)
+        save_results(path, entries)
+        print(json.dumps({"specs": [bool(e.result.triton_specialization) for e in entries]}))
+        return
+    configure(Settings(load_from=(path,), require_complete=True, compile_workers=2))
+    acc_compiles = counting(kernels.accumulate_kernel)
+    select(add, add_args)  # the first launch: starts the compile-ahead
+    started = dict(acc._preloads or {})
+    for p in started.values():
+        p.wait()
+    ahead = len(acc_compiles)
+    best, tuned = select(acc, acc_args)
+    acc.fn.run(*acc_args, grid=None, warmup=True, **acc.launch_kwargs_of(best))  # the launch
+    print(json.dumps({
+        "acc_preloads": len(started),
+        "acc_preload_ok": [p.ok for p in started.values()],
+        "compiles_ahead": ahead,
+        "compiles_after_hit": len(acc_compiles) - ahead,
+        "tuned": tuned,
+        "benchmarks": get_cache().stats.benchmarks,
+        "pool": preload._ahead is not None,
+    }))
+
+
+if __name__ == "__main__":
+    main()
