@@ -1,6 +1,7 @@
 """autotune_cache: deterministic, reviewable GPU kernel autotuning caches for test suites."""
 
 from autotune_cache.cache import Cache, configure, get_cache
+from autotune_cache.config.flags import Settings, parse_flags
 from autotune_cache.errors import (
     AutotuneCacheError,
     CacheDirError,
@@ -12,8 +13,7 @@ from autotune_cache.errors import (
     PathPrefixError,
     VersionMismatchError,
 )
-from autotune_cache.flags import Settings, parse_flags
-from autotune_cache.key import CacheKey, Device
+from autotune_cache.foundation.key import CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as entry_pb2
 
 __version__ = "0.1.0"

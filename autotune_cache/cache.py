@@ -13,9 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 
-from autotune_cache import env
-from autotune_cache.dirstore import DirectoryStore
-from autotune_cache.dumpfile import DumpFile
+from autotune_cache.config.flags import Settings, regen_hint, settings_from_env
 from autotune_cache.errors import (
     AutotuneCacheError,
     CacheDirError,
@@ -23,14 +21,15 @@ from autotune_cache.errors import (
     FlagError,
     MissingResultError,
 )
-from autotune_cache.flags import Settings, regen_hint, settings_from_env
 from autotune_cache.formats import Keyed
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation import env
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.validate import entry_problem, warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.stats import Stats
-from autotune_cache.tiers import Found, MemoryTier, Tier, build_tiers
-from autotune_cache.tiers.memory import THIS_PROCESS
-from autotune_cache.tuning import (
+from autotune_cache.store.dirstore import DirectoryStore
+from autotune_cache.store.dumpfile import DumpFile
+from autotune_cache.store.stats import Stats
+from autotune_cache.store.tuning import (
     Resolved,
     Tune,
     TuneJob,
@@ -38,7 +37,8 @@ from autotune_cache.tuning import (
     recorded_timings,
     reusable_timings,
 )
-from autotune_cache.validate import entry_problem, warn_damaged
+from autotune_cache.tiers import Found, MemoryTier, Tier, build_tiers
+from autotune_cache.tiers.memory import THIS_PROCESS
 
 # add_listener's callback: (key, the hit or None, the strict-mode error or None).
 LookupListener = Callable[[CacheKey, "pb.Entry | None", "MissingResultError | None"], None]

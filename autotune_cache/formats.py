@@ -9,12 +9,12 @@ from typing import TypeVar
 
 from google.protobuf import message, text_format
 
-from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
-from autotune_cache.key import CacheKey
-from autotune_cache.limits import MAX_BINARY_BYTES, MAX_TEXT_BYTES, text_budget_problem
+from autotune_cache.foundation.atomic import write_atomic
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.limits import MAX_BINARY_BYTES, MAX_TEXT_BYTES, text_budget_problem
+from autotune_cache.foundation.safeio import read_regular
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.safeio import read_regular
 
 M = TypeVar("M", bound=message.Message)
 

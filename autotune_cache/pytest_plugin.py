@@ -36,12 +36,8 @@ from typing import Any
 
 import pytest
 
-from autotune_cache import console
-from autotune_cache import env as autotune_env
 from autotune_cache.cache import Cache, check_dump_sharding, configure
-from autotune_cache.dumpfile import DumpFile
-from autotune_cache.errors import AutotuneCacheError, MissingResultError
-from autotune_cache.flags import (
+from autotune_cache.config.flags import (
     ENV_VAR,
     FLAGS,
     MACRO_ENV_VAR,
@@ -50,9 +46,13 @@ from autotune_cache.flags import (
     parse_flags,
     split_flags,
 )
+from autotune_cache.errors import AutotuneCacheError, MissingResultError
 from autotune_cache.formats import Keyed, load_results
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation import console
+from autotune_cache.foundation import env as autotune_env
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.dumpfile import DumpFile
 
 
 @dataclass(frozen=True)

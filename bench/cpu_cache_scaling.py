@@ -50,11 +50,11 @@ from google.protobuf import __version__ as protobuf_version  # noqa: E402
 from google.protobuf import text_format  # noqa: E402
 
 from autotune_cache import Cache, Settings  # noqa: E402
-from autotune_cache.dirstore import DirectoryStore  # noqa: E402
 from autotune_cache.formats import FORMAT_VERSION, MAX_FILE_BYTES, load_results  # noqa: E402
-from autotune_cache.key import CacheKey, Device  # noqa: E402
-from autotune_cache.limits import MAX_TEXT_BYTES  # noqa: E402
+from autotune_cache.foundation.key import CacheKey, Device  # noqa: E402
+from autotune_cache.foundation.limits import MAX_TEXT_BYTES  # noqa: E402
 from autotune_cache.proto import autotune_results_pb2 as pb  # noqa: E402
+from autotune_cache.store.dirstore import DirectoryStore  # noqa: E402
 from autotune_cache.tiers import DirectoryTier  # noqa: E402
 
 H200 = Device("NVIDIA H200", "sm_90", 132)

@@ -118,7 +118,7 @@ def run_example(name: str, flags: str, outputs: Path, triton_cache: Path, log: P
 def merge_device_entries(committed: Path, dumped: Path, out: Path) -> dict:
     """Write `out`: the committed entries, with those for the dumped device(s) replaced."""
     from autotune_cache.formats import load_results, save_results
-    from autotune_cache.key import Device
+    from autotune_cache.foundation.key import Device
 
     new = load_results(dumped) if dumped.exists() else []
     devices = {Device.from_proto(e.key.device) for e in new}

@@ -55,7 +55,7 @@ import autotune_cache
 imported = time.perf_counter() - started
 sys.path.insert(0, sys.argv[3])
 from cpu_cache_scaling import key_of
-from autotune_cache.results_index import load_file
+from autotune_cache.store.results_index import load_file
 path, n = sys.argv[1], int(sys.argv[2])
 t, c = time.perf_counter(), time.process_time()
 loaded = load_file(path)

@@ -1,6 +1,6 @@
 """Process-wide library state that one test must not leak into the next (pytest-xdist runs any
 test after any other in a worker): the `autotune_cache` logger's level and handlers, and where
-autotune_cache.console sends its lines."""
+autotune_cache.foundation.console sends its lines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotune_cache import console
+from autotune_cache.foundation import console
 
 
 @pytest.fixture(autouse=True)

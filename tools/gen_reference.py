@@ -7,10 +7,10 @@ Each table sits between two marker comments in docs/reference.md,
 `<!-- BEGIN GENERATED <name> ... -->` and `<!-- END GENERATED <name> -->`; everything between
 them is replaced, everything outside is left as written. The sources:
 
-- `flags`: `FLAGS` in autotune_cache/flags.py (each flag's syntax, example, `Settings` field and
-  doc);
+- `flags`: `FLAGS` in autotune_cache/config/flags.py (each flag's syntax, example, `Settings`
+  field and doc);
 - `pytest-options`: `OPTIONS` in autotune_cache/pytest_plugin.py;
-- `environment`: `VARIABLES` in autotune_cache/env.py;
+- `environment`: `VARIABLES` in autotune_cache/foundation/env.py;
 - `macro-attributes`: the signature and the docstring's `Args:` section of `autotuned_py_test`
   in rules/private/autotuned_py_test.bzl. Starlark is not Python, so the macro is read by a small
   parser of that one `def` and its docstring, which fails naming the file when a parameter is
@@ -180,7 +180,7 @@ def _table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
 
 
 def flags_table() -> str:
-    from autotune_cache.flags import FLAGS
+    from autotune_cache.config.flags import FLAGS
 
     return _table(["flag", "example", "`Settings` field", "meaning"], [
         [_code(f.syntax), _code(f.example), _code(f.field), _cell(f.doc)] for f in FLAGS])
@@ -195,7 +195,7 @@ def pytest_options_table() -> str:
 
 
 def environment_table() -> str:
-    from autotune_cache.env import VARIABLES
+    from autotune_cache.foundation.env import VARIABLES
 
     return _table(["variable", "set by", "read by", "meaning"], [
         [_code(v.name), _cell(v.set_by), _cell(v.read_by), _cell(v.meaning)] for v in VARIABLES])
@@ -213,9 +213,9 @@ def macro_table() -> str:
 
 
 SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
-    "flags": ("FLAGS in autotune_cache/flags.py", flags_table),
+    "flags": ("FLAGS in autotune_cache/config/flags.py", flags_table),
     "pytest-options": ("OPTIONS in autotune_cache/pytest_plugin.py", pytest_options_table),
-    "environment": ("VARIABLES in autotune_cache/env.py", environment_table),
+    "environment": ("VARIABLES in autotune_cache/foundation/env.py", environment_table),
     "macro-attributes": ("the docstring of autotuned_py_test in "
                          "rules/private/autotuned_py_test.bzl", macro_table),
 }

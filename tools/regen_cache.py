@@ -73,9 +73,9 @@ from regen_scheduler import (
     parse_gpu_flag,
 )
 
-from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import is_text_path, serialize_results
+from autotune_cache.foundation.atomic import write_atomic
 from autotune_cache.resultsets.registry import loads
 
 PIN_SCRIPT = Path(__file__).resolve().with_name("regen_gpu_pin.py")

@@ -39,7 +39,7 @@ class AutotuneResultsFile(_message.Message):
     version: _builtins.int
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entry]:
-        """Sorted by key (see autotune_cache/key.py) so that output is deterministic."""
+        """Sorted by key (see autotune_cache/foundation/key.py) so that output is deterministic."""
 
     def __init__(
         self,
@@ -104,8 +104,9 @@ class Key(_message.Message):
     """
     key_scheme: _builtins.int
     """How the fingerprints, the problem text and the key's digest were computed (KEY_SCHEME in
-    autotune_cache/key.py). Unset means scheme 1, the scheme of keys written before this field;
-    later schemes are always written. An entry of another scheme is stale, named as such.
+    autotune_cache/foundation/key.py). Unset means scheme 1, the scheme of keys written before
+    this field; later schemes are always written. An entry of another scheme is stale, named as
+    such.
     """
     @_builtins.property
     def device(self) -> Global___Device: ...

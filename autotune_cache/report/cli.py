@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune_cache.atomic import write_atomic
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.foundation.atomic import write_atomic
 
 if TYPE_CHECKING:
     from autotune_cache.cli import AddVerb, Out

@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from autotune_cache.dirstore import STALE_TEMP_SECONDS
 from autotune_cache.errors import AutotuneCacheError, CorruptFileError
 from autotune_cache.formats import read_capped
-from autotune_cache.locking import remove_unheld
-from autotune_cache.safeio import open_regular
+from autotune_cache.foundation.locking import remove_unheld
+from autotune_cache.foundation.safeio import open_regular
+from autotune_cache.store.dirstore import STALE_TEMP_SECONDS
 
 CONFLICT_POLICIES = ("newest", "fastest", "error")
 

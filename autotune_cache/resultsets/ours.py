@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune_cache.dirstore import ENTRY_NAME, ENTRY_SUFFIX, STALE_TEMP_SECONDS, DirectoryStore
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import (
     duplicate_keys,
@@ -15,7 +14,8 @@ from autotune_cache.formats import (
     save_results,
     serialize_results,
 )
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.validate import entry_problem
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import (
     FileFormat,
@@ -25,7 +25,12 @@ from autotune_cache.resultsets.base import (
     merge_by_id,
     require_same_format,
 )
-from autotune_cache.validate import entry_problem
+from autotune_cache.store.dirstore import (
+    ENTRY_NAME,
+    ENTRY_SUFFIX,
+    STALE_TEMP_SECONDS,
+    DirectoryStore,
+)
 
 FORMAT_NAME = "autotune_cache"
 

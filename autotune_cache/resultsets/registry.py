@@ -9,9 +9,9 @@ from pathlib import Path
 
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.formats import RESULTS_EXTENSIONS, XlaFileError
+from autotune_cache.foundation.safeio import NotRegularFileError, kind_of
 from autotune_cache.resultsets.base import Format, ResultSet
 from autotune_cache.resultsets.ours import OurFormat
-from autotune_cache.safeio import NotRegularFileError, kind_of
 from autotune_cache.xla import formats as xla_formats
 
 

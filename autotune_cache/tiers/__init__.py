@@ -7,7 +7,7 @@ cache directory, then the Redis server. Adding a tier means one new file here an
 
 from __future__ import annotations
 
-from autotune_cache.flags import Settings
+from autotune_cache.config.flags import Settings
 from autotune_cache.tiers.base import Found, Tier
 from autotune_cache.tiers.directory import DirectoryTier
 from autotune_cache.tiers.memory import MemoryTier

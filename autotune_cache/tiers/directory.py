@@ -7,11 +7,11 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.errors import LockError
-from autotune_cache.key import CacheKey
-from autotune_cache.locking import file_lock
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.locking import file_lock
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.dirstore import DirectoryStore
 from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")

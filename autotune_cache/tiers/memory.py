@@ -7,9 +7,9 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.results_index import LoadedFile, load_file
+from autotune_cache.store.results_index import LoadedFile, load_file
 from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")

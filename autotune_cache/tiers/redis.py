@@ -30,17 +30,17 @@ from typing import Any
 from google.protobuf import message
 
 from autotune_cache.errors import FlagError
-from autotune_cache.key import CacheKey
-from autotune_cache.lease import renewed_lease
-from autotune_cache.limits import (
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.lease import renewed_lease
+from autotune_cache.foundation.limits import (
     MAX_REMOTE_INDEX_MEMBERS,
     MAX_REMOTE_MISS_BYTES,
     MAX_REMOTE_VALUE_BYTES,
 )
+from autotune_cache.foundation.redact import redact
+from autotune_cache.foundation.validate import warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.redact import redact
 from autotune_cache.tiers.base import Found
-from autotune_cache.validate import warn_damaged
 
 log = logging.getLogger("autotune_cache")
 

@@ -22,8 +22,9 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 
 from autotune_cache.cache import get_cache
 from autotune_cache.errors import AllConfigsFailedError
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.tuning import config_text
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import preload, remote_compile
 from autotune_cache.triton.configs import (
@@ -40,7 +41,6 @@ from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.problem import problem_key, triton_style_key
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.tune import ConflictingMetaParametersError, KernelTuning
-from autotune_cache.tuning import config_text
 
 # AllConfigsFailedError (raised by the cache: errors.py) and ConflictingMetaParametersError
 # (tune.py) are importable from here too.

@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune_cache import env
 from autotune_cache.errors import LockError
-from autotune_cache.locking import file_lock, trusted_lock_dir
+from autotune_cache.foundation import env
+from autotune_cache.foundation.locking import file_lock, trusted_lock_dir
 
 log = logging.getLogger("autotune_cache")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.tuning import LAUNCH_OPTIONS, canonical_text, config_text, param_value
+from autotune_cache.store.tuning import LAUNCH_OPTIONS, canonical_text, config_text, param_value
 
 
 def _config_options(config: Any) -> dict[str, Any]:

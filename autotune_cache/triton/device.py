@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import re
 
-from autotune_cache import env
-from autotune_cache.key import Device
+from autotune_cache.foundation import env
+from autotune_cache.foundation.key import Device
 
 # The device key of results measured under TRITON_INTERPRET=1 (numpy on the CPU).
 INTERPRETER_DEVICE = Device(name="cpu-interpreter", arch="interpreter", sm_count=0)

@@ -39,7 +39,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from autotune_cache.key import KEY_SCHEME
+from autotune_cache.foundation.key import KEY_SCHEME
 
 _IGNORED_MODULE_PREFIXES = ("triton.language", "triton.experimental")
 

@@ -51,10 +51,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune_cache import env
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.key import CacheKey, Device
+from autotune_cache.foundation import env
+from autotune_cache.foundation.key import CacheKey, Device
 from autotune_cache.triton.compile import failure_reason
 
 if TYPE_CHECKING:

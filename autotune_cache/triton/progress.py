@@ -1,5 +1,5 @@
-"""Progress lines while a key is being tuned (through autotune_cache.console: pytest's terminal
-under the plugin, else logging or stderr).
+"""Progress lines while a key is being tuned (through autotune_cache.foundation.console:
+pytest's terminal under the plugin, else logging or stderr).
 
 Quick tunings stay quiet. Once a tuning has run for `QUIET_SECONDS`, or always when
 AUTOTUNE_PROGRESS=1 (or Triton's TRITON_PRINT_AUTOTUNING=1) is set, every benchmarked config gets a
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune_cache import console, env
+from autotune_cache.foundation import console, env
 
 PROGRESS_ENV = env.AUTOTUNE_PROGRESS
 QUIET_SECONDS = 1.0

@@ -25,9 +25,9 @@ try:
 except ImportError:  # a Triton without a remote cache: the flag then has nothing to configure
     RemoteCacheBackend = object  # type: ignore[assignment,misc]
 
-from autotune_cache import env
 from autotune_cache.errors import FlagError
-from autotune_cache.redact import redact
+from autotune_cache.foundation import env
+from autotune_cache.foundation.redact import redact
 
 log = logging.getLogger("autotune_cache")
 
@@ -75,7 +75,7 @@ def _connect() -> Any:
         if _url is None:
             # A child process that inherited Triton's variables but not our call: the flags are
             # in its environment too.
-            from autotune_cache.flags import settings_from_env
+            from autotune_cache.config.flags import settings_from_env
 
             _url = settings_from_env().remote_cache
             if _url is None:

@@ -44,7 +44,7 @@ from typing import Any
 
 from triton.runtime import autotuner as _triton_autotuner
 
-from autotune_cache.flags import Settings, settings_from_env
+from autotune_cache.config.flags import Settings, settings_from_env
 from autotune_cache.triton.autotuner import Autotuner, autotune
 from autotune_cache.triton.fingerprint import python_function
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from autotune_cache import env
+from autotune_cache.foundation import env
 
 TRITON_CACHE_ENV = env.TRITON_CACHE_DIR
 SANDBOX_SUBDIR = "triton_cache"

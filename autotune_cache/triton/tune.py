@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.tuning import Tuned, TuneJob
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import preload
 from autotune_cache.triton.benchlock import device_bench_lock
@@ -25,7 +26,6 @@ from autotune_cache.triton.configs import describe_config, match_text
 from autotune_cache.triton.device import device_identity, interpreter_active
 from autotune_cache.triton.problem import problem_key
 from autotune_cache.triton.progress import Progress
-from autotune_cache.tuning import Tuned, TuneJob
 
 if TYPE_CHECKING:
     from autotune_cache.triton.autotuner import Autotuner

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from google.protobuf import message
 
-from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import is_text_path, read_capped
+from autotune_cache.foundation.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.resultsets.base import (
     FileFormat,
     ResultSet,

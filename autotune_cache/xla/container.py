@@ -18,8 +18,8 @@ from typing import Any, ClassVar, TypeVar
 
 from google.protobuf import message
 
-from autotune_cache.atomic import write_atomic
 from autotune_cache.formats import is_text_path, is_text_suffix
+from autotune_cache.foundation.atomic import write_atomic
 from autotune_cache.resultsets.base import data_path, is_directory_path
 from autotune_cache.xla import codec, layout, wire
 

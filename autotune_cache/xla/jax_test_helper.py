@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from autotune_cache.config.flags import OUTPUTS_PREFIX, WORKSPACE_PREFIX, regen_hint, resolve_path
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
-from autotune_cache.flags import OUTPUTS_PREFIX, WORKSPACE_PREFIX, regen_hint, resolve_path
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DUMP_FLAG = "xla_gpu_dump_autotune_results_to"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune_cache.atomic import TEMP_PREFIX
-from autotune_cache.dirstore import STALE_TEMP_SECONDS, untouched_for
 from autotune_cache.errors import CorruptFileError
-from autotune_cache.limits import MAX_ENTRY_BYTES
+from autotune_cache.foundation.atomic import TEMP_PREFIX
+from autotune_cache.foundation.limits import MAX_ENTRY_BYTES
+from autotune_cache.store.dirstore import STALE_TEMP_SECONDS, untouched_for
 
 # XLA renames finished entries out of <dir>/tmp/; files left there belong to killed writers.
 XLA_TEMP_DIR = "tmp"

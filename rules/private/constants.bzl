@@ -1,7 +1,7 @@
 """Names shared by the macro (Starlark) and the tools and library that read its targets (Python).
 
 The Python side keeps its own copies (tools/regen_bazel.py, rules/private/rules_autotune_test_wrapper.py,
-autotune_cache/flags.py, autotune_cache/xla/jax_test_helper.py); tests/rules/test_constants.py
+autotune_cache/config/flags.py, autotune_cache/xla/jax_test_helper.py); tests/rules/test_constants.py
 reads this file and fails when any of them differs, so a rename here cannot silently break
 `regen_cache` or the test wrapper.
 """
@@ -47,7 +47,7 @@ XLA_FLAGS_ENV = "XLA_FLAGS"
 # Where the macro puts its own flags (the committed cache, dump, require-complete, and the user's
 # `env` flags), so that `bazel test --test_env=AUTOTUNE_FLAGS=...` (or XLA_FLAGS) adds to them
 # instead of replacing them. The library combines AUTOTUNE_FLAGS with its variable
-# (autotune_cache/flags.py); the test wrapper sets XLA_FLAGS from both before the main runs
+# (autotune_cache/config/flags.py); the test wrapper sets XLA_FLAGS from both before the main runs
 # (XLA reads XLA_FLAGS itself), so backend "xla" tests always run through the wrapper.
 MACRO_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_FLAGS"
 MACRO_XLA_FLAGS_ENV = "RULES_AUTOTUNE_MACRO_XLA_FLAGS"

@@ -9,7 +9,7 @@ load(":constants.bzl", "DUMP_FILE_NAME", "OUTPUTS_PREFIX")
 # Where every `.dump` target writes its results (see constants.bzl).
 DUMP_PATH = OUTPUTS_PREFIX + DUMP_FILE_NAME
 
-# Our library's flags (see autotune_cache/flags.py).
+# Our library's flags (see autotune_cache/config/flags.py).
 _LOAD = "--load_autotune_results_from"
 _DUMP = "--dump_autotune_results_to"
 _REQUIRE = "--require_complete_autotune_results"

@@ -362,8 +362,8 @@ def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
     """Runs the pytest-style main with pytest; its exit status (an empty shard's 5 is 0)."""
     import pytest  # from //rules/private:pytest_runner
 
+    from autotune_cache.config.flags import ENV_VAR, flags_text
     from autotune_cache.errors import AutotuneCacheError
-    from autotune_cache.flags import ENV_VAR, flags_text
     from autotune_cache.pytest_plugin import args_from_flags
 
     try:
@@ -458,7 +458,7 @@ def main() -> None:
     if wants_all_kernels(os.environ):
         # Before the main imports the libraries whose kernels it routes. A failure here is
         # the test's failure: all_kernels = True must never silently leave Triton's tuner on.
-        from autotune_cache.flags import settings_from_env
+        from autotune_cache.config.flags import settings_from_env
         from autotune_cache.triton.routing import install_from_settings
 
         install_from_settings(settings_from_env())

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune_cache.cli import main
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import load_results, save_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import CPU, fake_tune, make_key
 
 H200_ENTRIES = [fake_tune(make_key(problem={"M": m})) for m in (1, 2)]

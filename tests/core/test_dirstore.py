@@ -8,8 +8,8 @@ import time
 import pytest
 
 from autotune_cache import CacheDirError, CacheKey
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import load_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 
 

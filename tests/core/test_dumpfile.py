@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from autotune_cache import Cache, Settings, env
+from autotune_cache import Cache, Settings
+from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import CacheDirError, FlagError
-from autotune_cache.flags import parse_flags
 from autotune_cache.formats import load_results, save_results
+from autotune_cache.foundation import env
 from tests.cachetools import fake_tune, make_key
 
 

@@ -1,4 +1,5 @@
-"""autotune_cache.env: the one reader of the environment, and the one true/false parser."""
+"""autotune_cache.foundation.env: the one reader of the environment, the one true/false
+parser."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cache import Cache, DumpShardingError, Settings, env
-from autotune_cache.flags import settings_from_env
+from autotune_cache import Cache, DumpShardingError, Settings
+from autotune_cache.config.flags import settings_from_env
+from autotune_cache.foundation import env
 
 
 @pytest.mark.parametrize(("text", "value"), [

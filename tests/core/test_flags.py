@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cache import FlagError, PathPrefixError, Settings, parse_flags
-from autotune_cache.flags import flags_text, settings_from_env
+from autotune_cache.config.flags import flags_text, settings_from_env
 
 
 def test_empty_flags_give_defaults():

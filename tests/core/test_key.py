@@ -5,9 +5,15 @@ from dataclasses import replace
 import pytest
 from google.protobuf import text_format
 
-from autotune_cache import Cache, CacheKey, Device, MissingResultError, Settings, env
+from autotune_cache import Cache, CacheKey, Device, MissingResultError, Settings
 from autotune_cache.formats import save_results
-from autotune_cache.key import KEY_SCHEME, UNRECORDED_SCHEME, canonical_problem, scheme_mismatch
+from autotune_cache.foundation import env
+from autotune_cache.foundation.key import (
+    KEY_SCHEME,
+    UNRECORDED_SCHEME,
+    canonical_problem,
+    scheme_mismatch,
+)
 from autotune_cache.proto import autotune_results_pb2 as pb
 from tests.cachetools import CPU, H200, fake_tune, make_key
 

@@ -19,15 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autotune_cache"
 
 # Lowest layer first; a module may import only from its own layer or lower ones, and within a
-# layer only without a cycle. A module's layer is that of its longest matching prefix.
+# layer only without a cycle. A module's layer is that of its longest matching prefix. The
+# internal modules of layers 0 to 2 live in one folder per layer (foundation/, config/, store/).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("autotune_cache.errors", "autotune_cache.atomic", "autotune_cache.env",
-     "autotune_cache.proto", "autotune_cache.key", "autotune_cache.limits",
-     "autotune_cache.safeio", "autotune_cache.locking", "autotune_cache.lease",
-     "autotune_cache.validate", "autotune_cache.redact", "autotune_cache.console"),
-    ("autotune_cache.flags", "autotune_cache.formats"),
-    ("autotune_cache.dirstore", "autotune_cache.stats", "autotune_cache.dumpfile",
-     "autotune_cache.results_index", "autotune_cache.tuning"),
+    ("autotune_cache.errors", "autotune_cache.proto", "autotune_cache.foundation"),
+    ("autotune_cache.config", "autotune_cache.formats"),
+    ("autotune_cache.store",),
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
@@ -38,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # Only these read the process environment: the environment module, and the Bazel-facing entry
 # point that runs before the library is configured (flags gets its mapping from env).
-ENVIRONMENT_READERS = {"autotune_cache.env", "autotune_cache.xla.jax_test_helper"}
+ENVIRONMENT_READERS = {"autotune_cache.foundation.env", "autotune_cache.xla.jax_test_helper"}
 
 
 def _module_name(path: Path) -> str:
@@ -143,4 +140,5 @@ def test_only_the_environment_module_reads_the_environment() -> None:
                     and isinstance(node.value, ast.Name) and node.value.id == "os":
                 readers.add(module)
     assert readers <= ENVIRONMENT_READERS, (
-        f"{sorted(readers - ENVIRONMENT_READERS)} read os.environ; go through autotune_cache.env")
+        f"{sorted(readers - ENVIRONMENT_READERS)} read os.environ; go through "
+        "autotune_cache.foundation.env")

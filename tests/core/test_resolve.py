@@ -18,7 +18,7 @@ import pytest
 from autotune_cache import Cache, MissingResultError, Settings
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.tuning import Tuned, TuneJob, config_text
+from autotune_cache.store.tuning import Tuned, TuneJob, config_text
 from tests.cachetools import make_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ WORKER = textwrap.dedent("""
     from pathlib import Path
     from autotune_cache import Cache, Settings
     from autotune_cache.proto import autotune_results_pb2 as pb
-    from autotune_cache.tuning import Tuned
+    from autotune_cache.store.tuning import Tuned
     from tests.cachetools import make_key
 
     CANDIDATES = [pb.Config(params=[pb.Param(name="BLOCK", int_value=b)], num_warps=4)

@@ -8,10 +8,11 @@ import logging
 import pytest
 from google.protobuf import text_format
 
-from autotune_cache import Cache, CorruptFileError, Settings, results_index
+from autotune_cache import Cache, CorruptFileError, Settings
 from autotune_cache.formats import load_results, save_results, serialize_results
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store import results_index
 from tests.cachetools import CPU, fake_tune, make_key
 
 # Names and strings a careless splitter would trip on: braces, quotes, backslashes, newlines,
@@ -204,7 +205,7 @@ def test_a_block_over_the_escape_budget_is_refused(tmp_path, monkeypatch):
     path = canonical(tmp_path)
     path.write_bytes(path.read_bytes().replace(b'tuner_version: "0.1.0"',
                                                b'tuner_version: "' + b"\\001" * 50 + b'"', 1))
-    monkeypatch.setattr("autotune_cache.limits.MAX_TEXT_ESCAPES", 10)
+    monkeypatch.setattr("autotune_cache.foundation.limits.MAX_TEXT_ESCAPES", 10)
     loaded = results_index.load_file(path)
     with pytest.raises(CorruptFileError, match="backslash escapes"):
         loaded.get(make_key(problem={"M": 1}))

@@ -13,8 +13,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import gen_reference  # noqa: E402
 
-from autotune_cache import env  # noqa: E402
-from autotune_cache.flags import FLAGS, Settings  # noqa: E402
+from autotune_cache.config.flags import FLAGS, Settings  # noqa: E402
+from autotune_cache.foundation import env  # noqa: E402
 
 
 def test_reference_is_up_to_date_with_its_sources():

@@ -4,8 +4,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune_cache import CorruptFileError
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import parse_results, serialize_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 
 VALID_TEXT = serialize_results([fake_tune(make_key())], text=True)

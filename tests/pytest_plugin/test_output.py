@@ -86,7 +86,7 @@ def test_output_after_an_in_process_pytest_run_is_not_swallowed(suite):
     stderr again (only the plugin's own cache's exit line is left out, as its summary said it)."""
     script = suite.makepyfile(driver=f"""
 import pytest
-from autotune_cache import console
+from autotune_cache.foundation import console
 rc = pytest.main(["-p", "autotune_cache.pytest_plugin", "-q", "-p", "no:cacheprovider",
                   "--autotune-cache-dir={suite.path / 'cache'}", "test_suite.py"])
 assert rc == 0, rc

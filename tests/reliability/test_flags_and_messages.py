@@ -16,8 +16,8 @@ from autotune_cache import (
     parse_flags,
 )
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import save_results, serialize_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 from tests.reliability.conftest import ROOT, run_python
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from autotune_cache import AutotuneCacheError, Cache, CacheKey, Settings, parse_flags
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import parse_results, serialize_results
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 from tests.reliability.conftest import ROOT
 
@@ -114,7 +114,7 @@ def index_agrees_with_a_full_parse(data: bytes, name: str) -> None:
     """results_index parses only the entries a lookup needs: whatever a full parse reads from a
     file, every lookup through the index must read too, and where the full parse refuses the
     file, reading every entry through the index must raise a named error."""
-    from autotune_cache import results_index
+    from autotune_cache.store import results_index
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / name

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cache import limits
 from autotune_cache.formats import serialize_results
+from autotune_cache.foundation import limits
 from autotune_cache.proto import autotune_results_pb2 as pb
 from tests.cachetools import fake_tune, make_key
 from tests.reliability.conftest import run_python

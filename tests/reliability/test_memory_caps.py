@@ -50,7 +50,7 @@ def test_cli_refuses_it_too(tmp_path):
 
 
 def test_the_limits_are_stated_in_the_docs():
-    from autotune_cache import limits
+    from autotune_cache.foundation import limits
 
     doc = (ROOT / "docs" / "security.md").read_text()
     for name in ("MAX_TEXT_BYTES", "MAX_BINARY_BYTES", "MAX_ENTRY_BYTES", "MAX_TEXT_ESCAPES",

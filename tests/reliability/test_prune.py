@@ -8,8 +8,8 @@ import os
 import time
 
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import save_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import CPU, fake_tune, make_key
 
 

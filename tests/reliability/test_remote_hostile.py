@@ -15,7 +15,7 @@ import pytest
 
 from autotune_cache import Cache, MissingResultError, Settings, parse_flags
 from autotune_cache.errors import FlagError
-from autotune_cache.limits import MAX_REMOTE_INDEX_MEMBERS, MAX_REMOTE_VALUE_BYTES
+from autotune_cache.foundation.limits import MAX_REMOTE_INDEX_MEMBERS, MAX_REMOTE_VALUE_BYTES
 from autotune_cache.tiers.redis import NAMESPACE, RedisTier
 from tests.cachetools import CPU, fake_tune, make_key
 from tests.core.test_tiers_redis import redis_server

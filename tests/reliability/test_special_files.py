@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import make_key
 from tests.reliability.conftest import chown, make_fifo, run_cli, run_python
 

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
-from autotune_cache.dumpfile import DumpFile
 from autotune_cache.formats import load_results
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.store.dirstore import DirectoryStore
+from autotune_cache.store.dumpfile import DumpFile
 from tests.reliability.conftest import ROOT, child_env
 
 PROCESSES = 16

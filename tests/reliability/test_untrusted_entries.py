@@ -16,9 +16,9 @@ import pytest
 
 from autotune_cache import Cache, Settings
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.formats import load_results, serialize_results
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 from tests.reliability.conftest import run_python
 

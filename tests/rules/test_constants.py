@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cache import flags as library_flags
+from autotune_cache.config import flags as library_flags
 from autotune_cache.xla import jax_test_helper
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ PAIRS = [
     ("SHARD_TEST_CASES_ENV", WRAPPER.SHARD_TEST_CASES_ENV,
      "rules/private/rules_autotune_test_wrapper.py"),
     ("RUNNER_ENV", WRAPPER.RUNNER_ENV, "rules/private/rules_autotune_test_wrapper.py"),
-    ("MACRO_FLAGS_ENV", library_flags.MACRO_ENV_VAR, "autotune_cache/flags.py"),
+    ("MACRO_FLAGS_ENV", library_flags.MACRO_ENV_VAR, "autotune_cache/config/flags.py"),
     ("MACRO_FLAGS_ENV", WRAPPER.MACRO_FLAGS_ENV, "rules/private/rules_autotune_test_wrapper.py"),
     ("MACRO_XLA_FLAGS_ENV", WRAPPER.MACRO_XLA_FLAGS_ENV,
      "rules/private/rules_autotune_test_wrapper.py"),
@@ -76,10 +76,10 @@ PAIRS = [
     ("AUTOTUNE_FLAGS_ENV", WRAPPER.AUTOTUNE_FLAGS_ENV,
      "rules/private/rules_autotune_test_wrapper.py"),
     ("ENV_ARG_PREFIX", WRAPPER.ENV_ARG_PREFIX, "rules/private/rules_autotune_test_wrapper.py"),
-    ("REGEN_HINT_ENV", library_flags.REGEN_HINT_ENV, "autotune_cache/flags.py"),
-    ("AUTOTUNE_FLAGS_ENV", library_flags.ENV_VAR, "autotune_cache/flags.py"),
-    ("WORKSPACE_PREFIX", library_flags.WORKSPACE_PREFIX, "autotune_cache/flags.py"),
-    ("OUTPUTS_PREFIX", library_flags.OUTPUTS_PREFIX, "autotune_cache/flags.py"),
+    ("REGEN_HINT_ENV", library_flags.REGEN_HINT_ENV, "autotune_cache/config/flags.py"),
+    ("AUTOTUNE_FLAGS_ENV", library_flags.ENV_VAR, "autotune_cache/config/flags.py"),
+    ("WORKSPACE_PREFIX", library_flags.WORKSPACE_PREFIX, "autotune_cache/config/flags.py"),
+    ("OUTPUTS_PREFIX", library_flags.OUTPUTS_PREFIX, "autotune_cache/config/flags.py"),
     ("XLA_FLAGS_ENV", jax_test_helper.XLA_FLAGS_ENV, "autotune_cache/xla/jax_test_helper.py"),
 ]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cache.cli import main as cli_main
-from autotune_cache.dirstore import DirectoryStore
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.stress.worker import SHARED_KEYS, big_entry, keys_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from autotune_cache import Cache, Settings
-from autotune_cache.dirstore import DirectoryStore
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import fake_tune, make_key
 
 SHARED_KEYS = 20

@@ -304,7 +304,7 @@ def test_no_compile_starts_while_a_tuning_benchmarks():
     ("gw1", "4", (1, 4)), ("", "", None), ("gw4", "4", None), ("master", "2", None),
     ("gw0", "x", None)])
 def test_xdist_worker_is_read_from_the_environment(monkeypatch, worker, count, expected):
-    from autotune_cache import env
+    from autotune_cache.foundation import env
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", count)

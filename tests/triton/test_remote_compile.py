@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from autotune_cache import env
+from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import FlagError
-from autotune_cache.flags import parse_flags
+from autotune_cache.foundation import env
 from autotune_cache.triton import remote_compile
 from tests.core.test_tiers_redis import free_port, redis_server
 

@@ -98,8 +98,8 @@ def test_interpreter_wall_clock_timings_are_not_reused_by_the_fake(use_cache, fa
 
 def test_recorded_timings_filter_on_the_exact_gpu_method() -> None:
     from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.store.tuning import recorded_timings
     from autotune_cache.triton.configs import config_to_proto
-    from autotune_cache.tuning import recorded_timings
 
     def entry(method: str, ms: float, tuned_at: str = "2026-01-01T00:00:00Z") -> pb.Entry:
         timing = pb.Timing(config=config_to_proto(triton.Config({"B": 1})), time_ms=ms)

@@ -23,8 +23,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune_cache.atomic import current_umask
 from autotune_cache.errors import LockError
+from autotune_cache.foundation.atomic import current_umask
 
 try:  # imported now, not at first use: a dump written at exit must not import at shutdown
     import filelock

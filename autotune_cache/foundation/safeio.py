@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from autotune_cache.errors import CorruptFileError
-from autotune_cache.limits import describe
+from autotune_cache.foundation.limits import describe
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),

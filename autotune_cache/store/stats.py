@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from autotune_cache import console, env
+from autotune_cache.foundation import console, env
 
 REPORT_NAME = "autotune_report.json"
 
@@ -115,8 +115,8 @@ class Stats:
         return path
 
     def report_at_exit(self) -> None:
-        """Show the summary line (autotune_cache.console: stderr or logging; not when a runner
-        already showed it, see shown_elsewhere) and write the Bazel report, if anything
+        """Show the summary line (autotune_cache.foundation.console: stderr or logging; not when
+        a runner already showed it, see shown_elsewhere) and write the Bazel report, if anything
         happened."""
         if not self.anything_happened:
             return

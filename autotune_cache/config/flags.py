@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from autotune_cache import env as environment
 from autotune_cache.errors import FlagError, PathPrefixError
-from autotune_cache.redact import redact
+from autotune_cache.foundation import env as environment
+from autotune_cache.foundation.redact import redact
 
 ENV_VAR = environment.AUTOTUNE_FLAGS
 MACRO_ENV_VAR = environment.RULES_AUTOTUNE_MACRO_FLAGS

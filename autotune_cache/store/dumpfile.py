@@ -33,10 +33,10 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune_cache import env
 from autotune_cache.errors import CacheDirError, CorruptFileError, LockError
 from autotune_cache.formats import Keyed, keyed, parse_results, read_capped, save_keyed
-from autotune_cache.locking import file_lock, trusted_lock_dir
+from autotune_cache.foundation import env
+from autotune_cache.foundation.locking import file_lock, trusted_lock_dir
 
 log = logging.getLogger("autotune_cache")
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune_cache.errors import AllConfigsFailedError
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 
 # The launch options a recorded Config carries next to its parameters, in text order.

@@ -51,8 +51,8 @@ from autotune_cache.formats import (
     parse_results,
     read_results_file,
 )
-from autotune_cache.key import CacheKey
-from autotune_cache.limits import MAX_ENTRY_BYTES, MAX_FILE_ENTRIES, describe
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.limits import MAX_ENTRY_BYTES, MAX_FILE_ENTRIES, describe
 from autotune_cache.proto import autotune_results_pb2 as pb
 
 log = logging.getLogger("autotune_cache")

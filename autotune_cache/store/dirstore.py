@@ -17,15 +17,15 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune_cache.atomic import TEMP_PREFIX, write_atomic
 from autotune_cache.errors import CacheDirError, CorruptFileError
 from autotune_cache.formats import parse_results, read_capped, serialize_keyed
-from autotune_cache.key import CacheKey
-from autotune_cache.limits import MAX_ENTRY_BYTES
-from autotune_cache.locking import trusted_lock_dir
+from autotune_cache.foundation.atomic import TEMP_PREFIX, write_atomic
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.limits import MAX_ENTRY_BYTES
+from autotune_cache.foundation.locking import trusted_lock_dir
+from autotune_cache.foundation.safeio import lexists_kind
+from autotune_cache.foundation.validate import entry_problem, warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.safeio import lexists_kind
-from autotune_cache.validate import entry_problem, warn_damaged
 
 log = logging.getLogger("autotune_cache")
 

@@ -23,7 +23,7 @@ import math
 import threading
 from collections.abc import Iterable
 
-from autotune_cache.key import CacheKey
+from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 
 log = logging.getLogger("autotune_cache")
