@@ -20,7 +20,8 @@ PACKAGE = ROOT / "autotune_cache"
 
 # Lowest layer first; a module may import only from its own layer or lower ones, and within a
 # layer only without a cycle. A module's layer is that of its longest matching prefix. The
-# internal modules of layers 0 to 2 live in one folder per layer (foundation/, config/, store/).
+# internal modules of layers 0 to 2 live in one folder per layer (foundation/, config/, store/);
+# the other layers are public modules and subpackages (PUBLIC_ROOT below).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.errors", "autotune_cache.proto", "autotune_cache.foundation"),
     ("autotune_cache.config", "autotune_cache.formats"),
@@ -32,6 +33,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest_plugin"),
     ("autotune_cache", "autotune_cache.__main__"),
 )
+
+# What sits at the package root: the public surface (autotune_cache/__init__.py's exports and the
+# modules and subpackages users, docs and entry points name), whatever its layer. Every other
+# module lives in the folder of its layer (docs/decisions/0022-layer-folders.md).
+PUBLIC_ROOT = {
+    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin",
+    "proto", "tiers", "resultsets", "xla", "report", "triton",
+}
+LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}
 
 # Only these read the process environment: the environment module, and the Bazel-facing entry
 # point that runs before the library is configured (flags gets its mapping from env).
@@ -91,6 +101,28 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 def test_imports_go_down_the_layers(module: str) -> None:
     upward = [m for m in GRAPH[module] if _layer(m) > _layer(module)]
     assert not upward, f"{module} imports the higher layer(s) {upward}"
+
+
+def test_the_root_holds_only_the_public_surface_and_the_layer_folders() -> None:
+    entries = {p.stem for p in PACKAGE.glob("*.py")}
+    entries |= {p.name for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py"))}
+    stray = sorted(entries - PUBLIC_ROOT - set(LAYER_FOLDERS))
+    folders = ", ".join(f"{f}/" for f in LAYER_FOLDERS)
+    assert not stray, (f"autotune_cache/ holds {stray}: move each into the folder of its layer "
+                       f"({folders}), or, if it is public, add it to PUBLIC_ROOT and say so in "
+                       "docs/architecture.md")
+    assert not sorted(PUBLIC_ROOT - entries), "PUBLIC_ROOT names what autotune_cache/ lacks"
+
+
+@pytest.mark.parametrize("folder", sorted(LAYER_FOLDERS))
+def test_a_layer_folder_is_one_layer(folder: str) -> None:
+    """LAYERS names the folder, not its modules: every module in it has the folder's layer."""
+    package = f"autotune_cache.{folder}"
+    assert package in LAYERS[LAYER_FOLDERS[folder]], f"LAYERS must name {package} itself"
+    inside = [m for m in MODULES if m == package or m.startswith(package + ".")]
+    assert len(inside) > 1, f"{package} holds no module"
+    elsewhere = [m for m in inside if _layer(m) != LAYER_FOLDERS[folder]]
+    assert not elsewhere, f"{elsewhere} sit in {folder}/ but LAYERS gives them another layer"
 
 
 def test_no_import_cycle() -> None:
