@@ -48,10 +48,10 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable(AUTOTUNE_FLAGS, "you", "flags; `autotune_cache_all_kernels.pth`",
+    Variable(AUTOTUNE_FLAGS, "you", "config.flags; `autotune_cache_all_kernels.pth`",
              "space-separated flags, like `XLA_FLAGS` ([the table above](#flags)); the `.pth` "
              "start-up hook only tests it for `--autotune_all_kernels` before importing anything"),
-    Variable(RULES_AUTOTUNE_MACRO_FLAGS, "the Bazel macro", "flags",
+    Variable(RULES_AUTOTUNE_MACRO_FLAGS, "the Bazel macro", "config.flags",
              "the macro's flags (committed cache, require-complete or dump, your `env` flags); "
              "they apply after `AUTOTUNE_FLAGS`, so `--test_env=AUTOTUNE_FLAGS=…` adds to them, "
              "and a flag both set differently is an error naming both "
@@ -65,7 +65,7 @@ VARIABLES: tuple[Variable, ...] = (
              "tunings)"),
     Variable(AUTOTUNE_BENCH_LOCK_DIR, "you", "triton.benchlock",
              "where the per-GPU benchmarking locks live"),
-    Variable(AUTOTUNE_DUMP_RUN, "autotune_cache (a dump run's first process)", "dumpfile",
+    Variable(AUTOTUNE_DUMP_RUN, "autotune_cache (a dump run's first process)", "store.dumpfile",
              "the run directory that the processes a dumping process starts add their entries "
              "to, instead of starting dumps of their own"),
     Variable(TRITON_PRINT_AUTOTUNING, "you", "triton.progress",
@@ -77,11 +77,11 @@ VARIABLES: tuple[Variable, ...] = (
              "Triton's compile cache; set to `$TEST_TMPDIR/triton_cache` in Bazel tests when "
              "unset"),
     Variable(TEST_TOTAL_SHARDS, "Bazel", "cache", "a dump refuses to run in more than one shard"),
-    Variable(TEST_UNDECLARED_OUTPUTS_DIR, "Bazel", "stats, flags",
+    Variable(TEST_UNDECLARED_OUTPUTS_DIR, "Bazel", "store.stats, config.flags",
              "where `autotune_report.json` goes; the `TEST_UNDECLARED_OUTPUTS_DIR/` path prefix"),
-    Variable(TEST_SRCDIR, "Bazel", "flags", "with `TEST_WORKSPACE`, the `TEST_WORKSPACE/` path "
-             "prefix (`TEST_WORKSPACE/x` is `$TEST_SRCDIR/$TEST_WORKSPACE/x`)"),
-    Variable(TEST_WORKSPACE, "Bazel", "flags", "see `TEST_SRCDIR`"),
+    Variable(TEST_SRCDIR, "Bazel", "config.flags", "with `TEST_WORKSPACE`, the `TEST_WORKSPACE/` "
+             "path prefix (`TEST_WORKSPACE/x` is `$TEST_SRCDIR/$TEST_WORKSPACE/x`)"),
+    Variable(TEST_WORKSPACE, "Bazel", "config.flags", "see `TEST_SRCDIR`"),
     Variable(TEST_TMPDIR, "Bazel", "triton.sandbox", "where the sandboxed Triton cache goes"),
     Variable(PYTEST_XDIST_WORKER_COUNT, "pytest-xdist", "triton.preload",
              "with `PYTEST_XDIST_WORKER` (`gw0`, `gw1`, …): each worker compiles loaded winners "

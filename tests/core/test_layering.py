@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # What sits at the package root: the public surface (autotune_cache/__init__.py's exports and the
 # modules and subpackages users, docs and entry points name), whatever its layer. Every other
-# module lives in the folder of its layer (docs/decisions/0022-layer-folders.md).
+# module lives in the folder of its layer (docs/decisions/0023-layer-folders.md).
 PUBLIC_ROOT = {
     "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin",
     "proto", "tiers", "resultsets", "xla", "report", "triton",
