@@ -27,12 +27,14 @@ def test_default_gpu_benchmark_is_screened_twice_then_run_as_configured():
     assert {b.method for b, _ in stages} == {"do_bench"}  # one method: timings stay comparable
 
 
-@pytest.mark.parametrize("benchmark", [GpuBenchmark(use_cuda_graph=True), WallClockBenchmark(),
-                                       UserBenchmark(lambda f, quantiles: 1.0),
-                                       FakeBenchmarkRunner(lambda c, p: 1.0)],
+# Not named `benchmark`: pytest-benchmark (installed on many GPU machines) owns that funcarg name
+# and fails the whole worker on any other value.
+@pytest.mark.parametrize("timer", [GpuBenchmark(use_cuda_graph=True), WallClockBenchmark(),
+                                   UserBenchmark(lambda f, quantiles: 1.0),
+                                   FakeBenchmarkRunner(lambda c, p: 1.0)],
                          ids=["cuda_graph", "interpreter", "user", "fake"])
-def test_only_event_timed_gpu_benchmarks_are_screened(benchmark):
-    assert halving_stages(benchmark, 48) == [(benchmark, None)]
+def test_only_event_timed_gpu_benchmarks_are_screened(timer):
+    assert halving_stages(timer, 48) == [(timer, None)]
 
 
 def test_few_candidates_or_a_short_rep_are_not_screened():
