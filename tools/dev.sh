@@ -85,7 +85,7 @@ sys.exit(triton.__version__ != '$TRITON_LATEST')" 2>/dev/null; then
     "$venv/bin/pip" install -q "torch==2.13.0" "triton==$TRITON_LATEST"
     "$venv/bin/pip" install -q -e "$ROOT[triton,test]" "torch==2.13.0" "triton==$TRITON_LATEST"
   fi
-  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -n auto --dist loadfile -p no:cacheprovider tests/triton)
+  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -n auto -p no:cacheprovider tests/triton)
 }
 
 # Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
@@ -114,13 +114,9 @@ case "$cmd" in
     log "running the test suite"
     if [ $# -eq 0 ]; then
       # One pytest-xdist worker per CPU: the suite is mostly subprocesses (Bazel, pytest, Python
-      # children) waiting on each other, and every test is independent of the others. Whole
-      # files per worker (--dist loadfile): a module-scoped fixture (a scratch Bazel workspace
-      # with its server and first build, a venv, a built wheel) is then built once per run, not
-      # once per worker that got one of its tests. (loadgroup would be finer, but pytest 9.2
-      # ignores the node ids pytest-xdist 3.8 rewrites for it.)
+      # children) waiting on each other, and every test is independent of the others.
       stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
-        "$PY" -m pytest -ra -n auto --dist loadfile -m "not package"
+        "$PY" -m pytest -ra -n auto -m "not package"
       # The packaging checks (sdist, wheel, a fresh venv) and the version matrix run on a full
       # run only, not when pytest arguments pick tests.
       stage "package: build, twine check, wheel in a fresh venv, mypy --strict" \
