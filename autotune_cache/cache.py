@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
@@ -108,6 +109,16 @@ class Cache:
             self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
         self.memory = MemoryTier.from_files(self.settings.load_from)
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
+
+    def use_cache_dir(self, directory: Path) -> None:
+        """From now on, keep results in the directory tier `directory`, as if
+        --autotune_cache_dir had named it (a routed kernel's `cache_results=True`:
+        triton/routing.py). The tiers are rebuilt from the new settings, in build_tiers' lookup
+        order; the memory tier, and what it holds, is kept."""
+        with self._lock:
+            self.settings = replace(self.settings, cache_dir=directory)
+            self.tiers = build_tiers(self.settings, self.memory)
+            self.__dict__.pop("store", None)  # the cached_property, for the new directory
 
     def add_listener(self, listener: LookupListener) -> None:
         """Call `listener(key, entry, error)` after every lookup: `entry` is the hit (None on a
@@ -260,6 +271,17 @@ class Cache:
         would cost more than the caller saves). A damaged entry raises CorruptFileError."""
         return self.memory.loaded_entries(kernel, max_entries=max_entries,
                                           max_unparsed_bytes=max_unparsed_bytes)
+
+    def loaded_cost(self, kernel: str) -> tuple[int, int]:
+        """What loaded_entries(kernel) would read: how many entries of `kernel` the
+        --load_autotune_results_from files hold, and how many bytes of their text are still
+        unparsed (nothing is parsed to say so)."""
+        return self.memory.loaded_cost(kernel)
+
+    def loaded_kernels(self) -> set[str]:
+        """The kernel names the --load_autotune_results_from files hold entries of (nothing is
+        parsed)."""
+        return self.memory.loaded_kernels()
 
     # ----- the tuning protocol ---------------------------------------------------------------
 

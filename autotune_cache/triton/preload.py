@@ -246,7 +246,7 @@ def _scan_ahead(ahead: _Ahead, tuner: Autotuner) -> tuple[dict[str, Preload], li
     name = tuner.kernel_name
     if jit_fn is None or ahead.compiles_left <= 0:
         return {}, []
-    entries, unparsed = ahead.cache.memory.loaded_cost(name)
+    entries, unparsed = ahead.cache.loaded_cost(name)
     if not entries or entries > min(PRELOAD_SCAN_LIMIT, ahead.entries_left) \
             or unparsed > min(PRELOAD_SCAN_BYTES, ahead.bytes_left):
         return {}, []
@@ -269,7 +269,7 @@ def _start_others(ahead: _Ahead, tuners: list[Autotuner]) -> None:
     """Scan every other tuner not launched yet and queue their compiles, each xdist worker from
     its own offset."""
     new: list[Preload] = []
-    names = ahead.cache.memory.loaded_kernels()  # one pass over the files' index, no parsing
+    names = ahead.cache.loaded_kernels()  # one pass over the files' index, no parsing
     for tuner in tuners:
         if tuner._preloads is None and tuner.kernel_name in names:
             started, added = _scan_ahead(ahead, tuner)

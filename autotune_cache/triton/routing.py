@@ -38,7 +38,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,6 @@ def honour_cache_results() -> Path | None:
     from triton import knobs
 
     from autotune_cache.cache import get_cache
-    from autotune_cache.tiers import DirectoryTier
 
     cache = get_cache()
     with _lock:
@@ -109,9 +108,7 @@ def honour_cache_results() -> Path | None:
                       "where results live, so no directory tier is added")
             return None
         directory = Path(knobs.cache.dir) / CACHE_RESULTS_DIR
-        tier = DirectoryTier(directory, writable=s.cache_mode == "update")
-        cache.tiers.insert(1, tier)  # after memory, before a remote tier: the lookup order
-        cache.settings = replace(s, cache_dir=directory)
+        cache.use_cache_dir(directory)
     log.info("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) of a routed "
              "kernel: results are kept in the directory tier %s; --autotune_cache_dir or "
              "another persistent flag in AUTOTUNE_FLAGS decides instead", directory)

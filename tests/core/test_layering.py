@@ -174,3 +174,21 @@ def test_only_the_environment_module_reads_the_environment() -> None:
     assert readers <= ENVIRONMENT_READERS, (
         f"{sorted(readers - ENVIRONMENT_READERS)} read os.environ; go through "
         "autotune_cache.foundation.env")
+
+
+# Only the cache and the tiers themselves touch a Cache's tiers; backends (triton/, xla/) and the
+# front ends go through Cache's methods (docs/decisions/0020-tiers-deal-in-keys-and-entries.md).
+TIER_OWNERS = ("autotune_cache.cache", "autotune_cache.tiers")
+
+
+def test_only_the_cache_touches_its_tiers() -> None:
+    reaching = set()
+    for module, path in MODULES.items():
+        if module.startswith(TIER_OWNERS):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        if any(isinstance(node, ast.Attribute) and node.attr in ("memory", "tiers")
+               for node in ast.walk(tree)):
+            reaching.add(module)
+    assert not reaching, (f"{sorted(reaching)} reach into a Cache's `memory` or `tiers`; add a "
+                          "Cache method instead (as Cache.loaded_entries)")
