@@ -22,14 +22,30 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from autotune_cache.errors import LockError
 from autotune_cache.foundation.atomic import current_umask
 
-try:  # imported now, not at first use: a dump written at exit must not import at shutdown
-    import filelock
-except ImportError:  # pragma: no cover - depends on the install
-    filelock = None  # type: ignore[assignment]
+# filelock is imported by `prepare()`, not with this module: a process that only loads a
+# committed file takes no lock and does not pay for it (about 9 ms of a test process's start,
+# bench/process_cost.py). Whatever can take a lock later (a cache directory, a dump file, the
+# benchmark lock) calls prepare() when it is constructed, so a dump written at exit never
+# imports at interpreter shutdown.
+filelock: Any = None
+_imported = False
+
+
+def prepare() -> None:
+    """Import filelock now (once), so that a lock taken later, at exit too, needs no import."""
+    global filelock, _imported
+    if _imported:
+        return
+    try:
+        import filelock as module
+    except ImportError:  # pragma: no cover - depends on the install
+        module = None
+    filelock, _imported = module, True
 
 PATCHED_FILELOCK = (3, 20, 3)
 
@@ -44,6 +60,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def filelock_problem() -> str | None:
     """Why the installed filelock must not be used, or None when it is a patched release."""
+    prepare()
     if filelock is None:
         return ("filelock is not installed; pip install 'filelock>=3.20.3' to share a cache "
                 "directory between processes")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from autotune_cache.errors import CacheDirError, CorruptFileError, LockError
 from autotune_cache.formats import Keyed, keyed, parse_results, read_capped, save_keyed
-from autotune_cache.foundation import env
+from autotune_cache.foundation import env, locking
 from autotune_cache.foundation.locking import file_lock, trusted_lock_dir
 
 log = logging.getLogger("autotune_cache")
@@ -99,6 +99,7 @@ class DumpFile:
     """This process's part of one dump run (the module docstring)."""
 
     def __init__(self, path: Path, *, merge: bool = False, flag: str = DUMP_FLAG) -> None:
+        locking.prepare()  # the dump is written at exit: nothing may be imported then
         self.path = Path(path)
         self.merge = merge
         self.flag = flag

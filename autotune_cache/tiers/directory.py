@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autotune_cache.errors import LockError
+from autotune_cache.foundation import locking
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.locking import file_lock
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -25,6 +26,7 @@ class DirectoryTier:
     shared = True
 
     def __init__(self, root: Path | str, *, writable: bool = True) -> None:
+        locking.prepare()  # entries recorded at exit take this tier's lock
         self.store = DirectoryStore(root)
         self.writable = writable
 

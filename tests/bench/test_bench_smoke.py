@@ -92,5 +92,8 @@ def test_process_cost_smoke(tmp_path):
     m = result["measurement"]
     assert len(m["runs"]["baseline_s"]) == len(m["runs"]["cache_s"]) == result["reps"] == 1
     assert set(m["inside_ms_median"]) == {"import_ms", "configure_load_ms", "first_lookup_ms",
-                                          "next_9_lookups_ms"}
-    assert "the cache's cost" in (out / "process_cost.md").read_text()
+                                          "next_9_lookups_ms", "exit_ms"}
+    # the exit handlers ran around the library's: the cost includes its exit work
+    assert m["inside_ms_median"]["exit_ms"] > 0
+    assert m["cost_ms"]["inside_median"] == round(sum(m["runs"]["inside_ms"][0].values()), 1)
+    assert "The cache's cost, timed inside the child" in (out / "process_cost.md").read_text()

@@ -200,3 +200,31 @@ def _ids(user: str) -> tuple[int, int]:
 
 if sys.platform != "linux":  # pragma: no cover
     pytest.skip("POSIX lock semantics are checked on Linux", allow_module_level=True)
+
+
+LAZY = """
+import sys
+from pathlib import Path
+from autotune_cache import Cache, Settings, configure
+from autotune_cache.formats import save_results
+from tests.cachetools import fake_tune, make_key
+committed = Path({dir!r}) / "committed.autotune.textproto"
+save_results(committed, [fake_tune(make_key())])
+loading = Cache(Settings(load_from=(committed,), require_complete=True))
+assert loading.lookup(make_key()) is not None
+print("load only:", "filelock" in sys.modules)
+dumping = configure(Settings(load_from=(committed,), dump_to=Path({dir!r}) / "dump.textproto"))
+print("with a dump:", "filelock" in sys.modules)
+assert dumping.lookup(make_key()) is not None
+"""
+
+
+def test_filelock_is_imported_only_by_what_can_lock(tmp_path):
+    """A process that only loads a committed file takes no lock, so it does not import filelock
+    (bench/process_cost.py); a cache that can lock at exit (a dump) imports it when it is built,
+    never at interpreter shutdown, and its dump is written at exit."""
+    res = run_python(LAZY.format(dir=str(tmp_path)), env={"PYTHONPATH": str(ROOT)})
+    res.assert_no_traceback()
+    assert res.rc == 0, res.text
+    assert "load only: False" in res.out and "with a dump: True" in res.out, res.text
+    assert (tmp_path / "dump.textproto").exists(), res.text
