@@ -128,7 +128,8 @@ def test_classifiers_claim_the_pythons_the_readme_says_are_tested():
 @pytest.fixture(scope="module")
 def fresh_venv(dist, tmp_path_factory) -> Path:
     """A virtualenv with only the wheel and what its extras pull (torch pinned to the CPU
-    wheel, as docs/quickstart-pytest.md tells a reader without a GPU)."""
+    wheel, as docs/quickstart-pytest.md tells a reader without a GPU), installed without
+    byte-compiling: compiling every module of torch is most of the install's CPU time."""
     _, wheel = dist
     install = re.search(r"^pip install 'autotune_cache\[([\w,]+)\]'",
                         (ROOT / "docs" / "quickstart-pytest.md").read_text(), re.M)
@@ -137,7 +138,7 @@ def fresh_venv(dist, tmp_path_factory) -> Path:
     venv.create(where, with_pip=True)
     python = where / "bin" / "python"
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
          f"{wheel}[{install[1]}]", "torch==2.13.0", "triton==3.6.0", "mypy",
          "types-protobuf"], capture_output=True, text=True, timeout=900,
         env=plugin_env(str(python), checkout=False))  # no PYTHONPATH: pip would see this checkout
@@ -147,6 +148,9 @@ def fresh_venv(dist, tmp_path_factory) -> Path:
 
 def test_the_pytest_quickstart_runs_from_the_installed_wheel(fresh_venv, tmp_path):
     env = plugin_env(str(fresh_venv), checkout=False)
+    # The venv was installed without byte-compiling (the install's biggest CPU cost); the first
+    # import writes the bytecode, as pip would have, so the snippets' later processes reuse it.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run(
         [str(fresh_venv), "-c", "import autotune_cache; print(autotune_cache.__file__)"],
         capture_output=True, text=True, cwd=tmp_path, env=env)
