@@ -18,6 +18,7 @@ a hard link or a directory where a lock file goes
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -29,23 +30,25 @@ from autotune_cache.foundation.atomic import current_umask
 
 # filelock is imported by `prepare()`, not with this module: a process that only loads a
 # committed file takes no lock and does not pay for it (about 9 ms of a test process's start,
-# bench/process_cost.py). Whatever can take a lock later (a cache directory, a dump file, the
-# benchmark lock) calls prepare() when it is constructed, so a dump written at exit never
-# imports at interpreter shutdown.
-filelock: Any = None
-_imported = False
+# bench/process_cost.py). What can take a lock at exit (a dump file, a cache directory's tier)
+# calls prepare() when it is constructed, so nothing is imported at interpreter shutdown; a lock
+# taken while running (the benchmark lock, prune) imports it at its first use.
+
+
+@functools.cache
+def _filelock() -> Any:
+    """The filelock module, imported once; None when it is not installed."""
+    try:
+        import filelock
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+    return filelock
 
 
 def prepare() -> None:
-    """Import filelock now (once), so that a lock taken later, at exit too, needs no import."""
-    global filelock, _imported
-    if _imported:
-        return
-    try:
-        import filelock as module
-    except ImportError:  # pragma: no cover - depends on the install
-        module = None
-    filelock, _imported = module, True
+    """Import filelock now, so that a lock taken later, at exit too, needs no import."""
+    _filelock()
+
 
 PATCHED_FILELOCK = (3, 20, 3)
 
@@ -60,7 +63,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def filelock_problem() -> str | None:
     """Why the installed filelock must not be used, or None when it is a patched release."""
-    prepare()
+    filelock = _filelock()
     if filelock is None:
         return ("filelock is not installed; pip install 'filelock>=3.20.3' to share a cache "
                 "directory between processes")
@@ -133,7 +136,7 @@ def file_lock(path: Path, timeout: float, *, mode: int | None = None) -> Iterato
     if problem is not None:
         raise LockError(f"{path}: not locked: {problem}")
     _check_lock_path(path)
-    assert filelock is not None
+    filelock = _filelock()
     FileLock, Timeout = filelock.FileLock, filelock.Timeout  # noqa: N806
 
     lock = FileLock(str(path), mode=0o666 & ~current_umask() if mode is None else mode)
