@@ -25,6 +25,7 @@ and share). Writes OUT_DIR/compile_parallelism.json and .md. --smoke: 2 configs,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -37,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The child: compile configs [lo, hi) of the candidate list with `mode`, print one JSON line.
+# The child: compile the first n candidates in one way (`mode`), print one JSON line.
 CHILD = r"""
 import json, os, sys, time
 os.environ["TRITON_INTERPRET"] = "0"
@@ -45,26 +46,7 @@ mode, workers, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 sys.path.insert(0, sys.argv[4])
 import torch, triton
 from triton import knobs
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import compile_parallelism as cp
-
-target = GPUTarget("cuda", 90, 32)
-configs = cp.candidates()[:n]
-
-
-def compile_one(i):
-    started = time.perf_counter()
-    cfg = configs[i]
-    src = ASTSource(fn=cp.kernel(), signature=cp.SIGNATURE, constexprs=dict(cfg.kwargs))
-    failure = None
-    try:
-        triton.compile(src, target=target,
-                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-    except Exception as e:  # an out-of-resources candidate is part of a real tuning too
-        failure = type(e).__name__
-    return time.perf_counter() - started, failure
-
 
 stages = {}
 def listener(*, src, metadata, metadata_group, times, cache_hit):
@@ -75,23 +57,22 @@ def listener(*, src, metadata, metadata_group, times, cache_hit):
 started = time.perf_counter()
 if mode == "serial":
     knobs.compilation.listener = listener
-    results = [compile_one(i) for i in range(n)]
+    results = [cp.compile_config(i) for i in range(n)]
     pool_start = 0.0
 elif mode == "threads":
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(compile_one, range(n)))
+        results = list(pool.map(cp.compile_config, range(n)))
     pool_start = 0.0
 else:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=cp.worker_init,
-                             initargs=(sys.argv[4],)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=cp.worker_init) as pool:
         list(pool.map(cp.ready, range(workers)))  # every worker has imported torch and Triton
         pool_start = time.perf_counter() - started
         started = time.perf_counter()
-        results = list(pool.map(cp.compile_in_worker, [(i, n) for i in range(n)]))
+        results = list(pool.map(cp.compile_config, range(n)))
 wall = time.perf_counter() - started
 print(json.dumps({"mode": mode, "workers": workers, "wall_s": wall, "pool_start_s": pool_start,
                   "per_compile_s": [r[0] for r in results],
@@ -107,12 +88,14 @@ SIGNATURE = {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "
 def kernel():
     """The workload's plain `mm` kernel, imported as on the GPU (not on the interpreter)."""
     os.environ["TRITON_INTERPRET"] = "0"
-    sys.path.insert(0, str(ROOT / "bench"))
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
     import triton_matmul_workload
 
     return triton_matmul_workload.mm
 
 
+@functools.cache
 def candidates() -> list:
     """The workload's GPU candidate list (48 configs), whatever machine this runs on."""
     import triton
@@ -122,24 +105,15 @@ def candidates() -> list:
             for s in (3, 4)]
 
 
-def worker_init(bench_dir: str) -> None:
-    os.environ["TRITON_INTERPRET"] = "0"
-    sys.path.insert(0, bench_dir)
-    import torch  # noqa: F401
-    import triton  # noqa: F401
-
-
-def ready(_: int) -> bool:
-    return True
-
-
-def compile_in_worker(job: tuple[int, int]) -> tuple[float, str | None]:
+def compile_config(i: int) -> tuple[float, str | None]:
+    """Compile candidate `i` for sm_90: (seconds, the exception's type name or None). Every way
+    of the bench runs this, in the child, on its threads or in its pool's processes. A failing
+    candidate (out of resources) is part of a real tuning too."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    i, n = job
-    cfg = candidates()[:n][i]
+    cfg = candidates()[i]
     started = time.perf_counter()
     src = ASTSource(fn=kernel(), signature=SIGNATURE, constexprs=dict(cfg.kwargs))
     try:
@@ -148,6 +122,17 @@ def compile_in_worker(job: tuple[int, int]) -> tuple[float, str | None]:
     except Exception as e:
         return time.perf_counter() - started, type(e).__name__
     return time.perf_counter() - started, None
+
+
+def worker_init() -> None:
+    """A pool worker imports torch and Triton before the pool counts as started (spawned
+    workers inherit the child's environment and sys.path)."""
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+
+def ready(_: int) -> bool:
+    return True
 
 
 def run(mode: str, workers: int, n: int) -> dict:

@@ -19,7 +19,10 @@ around it). Their sum, median over the reps, is the per-process cost. The childr
 seen from the parent is reported too (median and best of each kind, and the difference of the
 medians), with the baseline's spread: a difference of two medians of about 1.7 s children is
 only as exact as that spread over the square root of the reps allows (on a 2-core VM, tens of
-ms), so it is a cross-check, not the figure.
+ms), so it is a cross-check, not the figure. The file is built with cpu_cache_scaling's generator
+(the brief's matmul entries, as the library writes them): 500 entries x 8 candidates, about a
+suite's worth (a library suite of 50 kernels at 10 shapes).
+
 Writes OUT_DIR/process_cost.json and OUT_DIR/process_cost.md. --smoke: 50 entries, 1 rep.
 """
 
