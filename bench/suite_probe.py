@@ -11,7 +11,9 @@ It records, for the pass's one pytest process, without changing what runs:
     is counted too),
     launcher builds (Triton's `compile_module_from_src`: the C launcher and cuda_utils built
     with the host compiler, or loaded from the compile cache), Triton's own autotuner
-    benchmarks (configs timed, seconds), our cache's lookups (calls, seconds);
+    benchmarks (configs timed, seconds), our cache's lookups (calls, seconds), our tunings
+    (keys, seconds), and inside them the compiles (from the first start to the last finish)
+    and each key's slowest compile (a key's tuning cannot end before it does);
   - our cache's stats, when autotune_cache was used.
 
 It writes them as JSON to `SUITE_PROBE_OUT` at the end of the session. Timers are wall-clock
@@ -92,8 +94,21 @@ def _instrument() -> None:
     try:
         from autotune_cache.cache import Cache
         _patch(Cache, "lookup", "ours_lookup")
+        from autotune_cache.triton.progress import Progress
+        from autotune_cache.triton.tune import KernelTuning
     except ImportError:
-        pass
+        return
+    _patch(KernelTuning, "__call__", "ours_tuning")
+    reported = Progress.compiled
+
+    def compiled(self: Any, count: int, failed: int, seconds: float,
+                 slowest: tuple[str, float] | None = None) -> None:
+        _add("ours_compile_wall", seconds)
+        if slowest is not None:
+            _add("ours_slowest_compile", slowest[1])
+        reported(self, count, failed, seconds, slowest)
+
+    Progress.compiled = compiled  # type: ignore[method-assign]
 
 
 def _cuda_start() -> None:

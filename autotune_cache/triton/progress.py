@@ -50,11 +50,16 @@ class Progress:
             self._print(f"tuning {self.kernel} [{self.problem}] on {self.device}: "
                         f"{todo} configs to benchmark, {self.reused} timings reused")
 
-    def compiled(self, count: int, failed: int, seconds: float) -> None:
-        """After the parallel compile of `count` configs."""
+    def compiled(self, count: int, failed: int, seconds: float,
+                 slowest: tuple[str, float] | None = None) -> None:
+        """Once the compiles of `count` configs have all finished (the first screening
+        benchmarks run meanwhile), with the slowest compile: it bounds the tuning's time."""
         if count and self._active():
             self._header()
-            self._print(f"  compiled {count} configs in {seconds:.1f} s ({failed} failed)")
+            line = f"  compiled {count} configs in {seconds:.1f} s ({failed} failed)"
+            if slowest is not None:
+                line += f"; slowest {slowest[0]}: {slowest[1]:.1f} s"
+            self._print(line)
 
     def step(self, config: str, time_ms: float | None, failure: str = "") -> None:
         """After one config is benchmarked (time_ms None when it failed)."""

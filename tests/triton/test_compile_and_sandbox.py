@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import triton
 
-from autotune_cache.triton.compile import failure_reason
+from autotune_cache.triton.compile import compile_cost, failure_reason
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,3 +230,49 @@ def test_importing_changes_nothing_decorating_applies_the_sandbox_default(tmp_pa
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["None", str(tmp_path / "triton_cache")]
+
+
+@pytest.mark.slow
+def test_screening_starts_while_the_costly_compile_runs(tmp_path: Path) -> None:
+    """Down the GPU path (sm_90 compile, no GPU), with a screening stage: the costliest
+    candidate is specialised first, the quick ones are screened while it still compiles (its
+    compile is held until a screening has run), and the final stage starts only once every
+    candidate is compiled. The winner comes from the final stage."""
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+               TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_BENCH_LOCK_DIR=str(tmp_path),
+               AUTOTUNE_FLAGS="--autotune_compile_workers=2", AUTOTUNE_PROGRESS="1")
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.overlap_worker"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["specialised"][0] == 256  # 256 elements on one warp: the costliest, first
+    events = out["events"]
+    gate = events.index(["gate opened", 256, True])  # not timed out: a screening ran first
+    assert gate > 0 and events[0][0] == "screen" and events[0][1] != 256
+    screens = [e for e in events if e[0] == "screen"]
+    finals = [e for e in events if e[0] == "final"]
+    assert sorted(e[1] for e in screens) == [16, 32, 64, 128, 256]
+    assert events.index(finals[0]) > events.index(screens[-1])
+    assert all(count == 5 for _, _, count in finals)  # every candidate compiled by then
+    assert sorted(e[1] for e in finals) == [64, 128, 256]  # the best half, at least 3
+    assert out["best"] == {"BLOCK_SIZE": 64}
+    # Timings by candidate (config order), whatever order the compiles finished in.
+    assert out["times"] == [0.9, 0.8, 4.0, 7.0, 5.0]
+    assert out["benchmarks"] == 5
+    assert "compiled 5 configs in" in proc.stderr, proc.stderr[-2000:]
+    assert "; slowest BLOCK_SIZE=256 num_warps=1 " in proc.stderr, proc.stderr[-2000:]
+
+
+def test_compile_cost_orders_by_work_per_thread() -> None:
+    """The costliest compile starts first: more elements per thread, more pipeline stages."""
+    import triton
+
+    configs = [triton.Config({"B": 512}, num_warps=32), triton.Config({"B": 8192}, num_warps=1),
+               triton.Config({"B": 8192}, num_warps=8),
+               triton.Config({"BM": 128, "BN": 128, "BK": 64, "EVEN": True}, num_warps=8,
+                             num_stages=4),
+               triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_warps=8, num_stages=3)]
+    order = sorted(range(len(configs)), key=lambda i: -compile_cost(configs[i]))
+    assert order == [3, 4, 1, 2, 0]
+    assert compile_cost(triton.Config({}, num_warps=4)) == compile_cost(triton.Config({"F": 1.5}))
