@@ -25,7 +25,7 @@ from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
 from autotune_cache.formats import save_results  # noqa: E402
 from autotune_cache.triton import autotune, preload  # noqa: E402
 from tests.triton import kernels  # noqa: E402
-from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
+from tests.triton.compile_worker import LAUNCHERS, CompileOnlyDriver  # noqa: E402
 
 FAKE_GPU = Device(name="Fake H100", arch="sm_90", sm_count=132)
 
@@ -91,6 +91,8 @@ def main() -> None:
         "tuned": tuned,
         "benchmarks": get_cache().stats.benchmarks,
         "pool": preload._ahead is not None,
+        # Nothing launches here: every launcher build is a preload's.
+        "launchers_built_ahead": sorted({name for name, _ in LAUNCHERS}),
     }))
 
 

@@ -35,6 +35,17 @@ class CompileOnlyDriver:
     def get_current_stream(self, device: int | None = None) -> int:
         return 0
 
+    def launcher_cls(self, src: object, metadata: object) -> None:
+        """Stands in for building a launcher (a C module): records which kernel, on which
+        thread; nothing is ever launched here."""
+        import threading
+
+        LAUNCHERS.append((getattr(getattr(src, "fn", None), "__name__", "?"),
+                          threading.current_thread().name))
+
+
+LAUNCHERS: list[tuple[str, str]] = []
+
 
 def main() -> None:
     driver.set_active(CompileOnlyDriver())

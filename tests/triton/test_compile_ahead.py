@@ -332,7 +332,8 @@ def test_xdist_workers_share_the_compile_threads_and_start_apart(use_cache, fake
 def test_real_compiles_ahead_for_sm90_without_a_gpu(tmp_path):
     """Triton's real compiler (a compile-only driver naming sm_90): the first kernel's hit
     compiles the second kernel's loaded winner through JITFunction.preload, under the JIT key
-    its own launch then finds, so that launch compiles nothing."""
+    its own launch then finds, so that launch compiles nothing; each preload builds its kernel's
+    launcher too."""
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
@@ -347,4 +348,5 @@ def test_real_compiles_ahead_for_sm90_without_a_gpu(tmp_path):
         outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert outs[0] == {"specs": [True, True]}
     assert outs[1] == {"acc_preloads": 1, "acc_preload_ok": [True], "compiles_ahead": 1,
-                       "compiles_after_hit": 0, "tuned": False, "benchmarks": 0, "pool": True}
+                       "compiles_after_hit": 0, "tuned": False, "benchmarks": 0, "pool": True,
+                       "launchers_built_ahead": ["accumulate_kernel", "add_kernel"]}
