@@ -1,16 +1,16 @@
-"""Compile candidate configs in parallel, longest first, and hand them over as they finish.
+"""Compile candidate configs in parallel, costliest first, before any of them is benchmarked.
 
-Every candidate's compile is started up front on a thread pool through Triton's own
-`AsyncCompileMode`: `JITFunction.run(..., warmup=True)` specialises the kernel for the real
-arguments and the config's constexprs / num_warps / num_stages, hands the compile to the pool
-and returns a future; nothing is launched. `compiling` yields the candidates in the order their
-compiles finish, each put into the JITFunction's in-memory cache (and TRITON_CACHE_DIR) as it is
-handed over, so the tuner can benchmark the quick ones while the slow ones still compile.
+Every candidate is compiled up front on a thread pool through Triton's own `AsyncCompileMode`:
+`JITFunction.run(..., warmup=True)` specialises the kernel for the real arguments and the
+config's constexprs / num_warps / num_stages, hands the compile to the pool and returns a
+future; nothing is launched. Compiled kernels land in the JITFunction's in-memory cache and in
+TRITON_CACHE_DIR, so the benchmark launches that follow start immediately.
 
 Candidates are started in order of their estimated compile cost, largest first
-(`compile_cost`): a key's tuning cannot end before its slowest compile does, so that one starts
-at once instead of behind a queue of quick ones. The order changes when a compile starts, never
-what is compiled.
+(`compile_cost`): a key's compiles cannot end before the slowest one does, so that one starts at
+once instead of behind a queue of quick ones. The order changes when a compile starts, never
+what is compiled. Each compile is timed on its pool thread, so a tuning can say which candidate
+held it up.
 
 A candidate's hooks (`prepare(config)`, its `pre_hook`) run on the calling thread right before
 that candidate is specialised, one candidate at a time, as Triton runs them before a candidate's
@@ -24,8 +24,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,12 +179,13 @@ def compile_cost(config: Any) -> float:
 
 @dataclass
 class Compiles:
-    """The compiles `compiling` started: `seconds` of each candidate's compile by index (on its
-    pool thread, queueing not counted; candidates compiled earlier in the process or failed
-    before compiling have none), the wall time from the first start to the last finish once
-    all are handed over, and the specialization data recorded (see
+    """What `compile_candidates` did: the `failures` by index (hook or compile errors; the
+    others are ready to launch), `seconds` of each compile on its pool thread (queueing not
+    counted; none for a candidate compiled earlier in the process or failed before compiling),
+    the `wall` time of them all, and the specialization data recorded (see
     recording_specializations)."""
 
+    failures: dict[int, str] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
     wall: float = 0.0
     specs: dict[int, str] = field(default_factory=dict)
@@ -219,113 +220,74 @@ class _TimedExecutor(Executor):
         return self.pool.submit(timed)
 
 
-Finished = Iterator[tuple[int, str]]
-
-
-@contextlib.contextmanager
-def compiling(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-              configs: Sequence[Any], workers: int, prepare: Prepare | None = None,
-              ) -> Iterator[tuple[Finished, Compiles]]:
-    """Start compiling every config in `configs` for these arguments without launching
-    anything, and yield (finished, compiles): `finished` iterates over (index in configs,
-    failure reason or "") in the order the compiles finish, each ready to launch (in the
-    JITFunction's cache) when handed over; `compiles` fills in as they do.
+def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                       configs: Sequence[Any], workers: int,
+                       prepare: Prepare | None = None) -> Compiles:
+    """Compile every config in `configs` for these arguments without launching anything, on
+    `workers` threads, costliest first, and wait for all of them.
 
     `kernel` is what the autotuner wraps (a JITFunction, possibly under @triton.heuristics).
     `prepare(config)`, when given, runs on this thread right before that config is specialised
     (the autotuner passes one that runs the config's hooks; see the module docstring). A hook or
-    compile error fails only its config. With one worker (or a Triton without
-    AsyncCompileMode) each config is compiled when `finished` reaches it, in cost order. Under
-    the interpreter nothing is compiled and `finished` hands over every config at once. Leaving
-    the block waits for compiles still running."""
+    compile error fails only its config. A no-op under the interpreter, where nothing is
+    compiled."""
     from autotune_cache.triton.device import interpreter_active
 
     compiles = Compiles()
-    order = sorted(range(len(configs)), key=lambda i: -compile_cost(configs[i]))
     if interpreter_active() or not configs:
-        yield ((i, "") for i in range(len(configs))), compiles
-        return
+        return compiles
     import triton
 
     ensure_triton_cache_dir()  # before our first compile, so sandboxed tests keep the result
     started = time.perf_counter()
+    order = sorted(range(len(configs)), key=lambda i: -compile_cost(configs[i]))
 
-    def specialise(i: int) -> tuple[Any, str]:
+    def specialise(i: int) -> Any:
         try:
             if prepare is not None:
                 prepare(configs[i])
-            return kernel.run(*args, grid=None, warmup=True,
-                              **_launch_kwargs(kwargs, configs[i])), ""
+            return kernel.run(*args, grid=None, warmup=True, **_launch_kwargs(kwargs, configs[i]))
         except Exception as e:  # any hook or compile error disqualifies only this config
-            return None, failure_reason(e)
+            compiles.failures[i] = failure_reason(e)
+            return None
 
     async_mode = getattr(triton, "AsyncCompileMode", None)
     workers = max(1, min(workers, len(configs)))
     if async_mode is None or workers == 1:
-        def serially() -> Generator[tuple[int, str], None, None]:
-            with recording_specializations(compiles.specs) as now:
-                for i in order:
-                    now(i)
-                    began = time.perf_counter()
-                    _, failure = specialise(i)
-                    compiles.seconds[i] = time.perf_counter() - began
-                    now(-1)  # what the caller compiles meanwhile is not candidate i's
-                    yield i, failure
-            compiles.wall = time.perf_counter() - started
-
-        finished = serially()
-        try:
-            yield finished, compiles
-        finally:
-            finished.close()  # a tuning that stopped early: the hook is put back now
-        return
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool:
-        timed = _TimedExecutor(pool, compiles.seconds)
-        with async_mode(timed, ignore_errors=True):
-            ready: list[tuple[int, str]] = []
-            waiting: dict[Any, list[int]] = {}  # raw future -> the candidates it compiles
-            futures_of: dict[Any, Any] = {}  # raw future -> Triton's FutureKernel
-            with recording_specializations(compiles.specs) as now:
-                for i in order:
-                    now(i)
-                    timed.current = i
-                    kernel_or_future, failure = specialise(i)
-                    future = getattr(kernel_or_future, "future", None)
-                    if failure or future is None:  # failed, or compiled earlier
-                        ready.append((i, failure))
-                    else:
-                        waiting.setdefault(future, []).append(i)
-                        futures_of[future] = kernel_or_future
-            yield _hand_over(ready, waiting, futures_of, compiles, started), compiles
-
-
-def _hand_over(ready: list[tuple[int, str]], waiting: dict[Any, list[int]],
-               kernels: dict[Any, Any], compiles: Compiles, started: float) -> Finished:
-    """(index, failure) of the candidates that need no compile, then of the others as their
-    compiles finish, each finalised (put into the JIT cache) on the consuming thread."""
-    yield from ready
-    for future in as_completed(waiting):
-        try:
-            kernels[future].result()
-            failure = ""
-        except Exception as e:
-            failure = failure_reason(e)
-        for i in waiting[future]:
-            yield i, failure
+        with recording_specializations(compiles.specs) as now:
+            for i in order:
+                now(i)
+                began = time.perf_counter()
+                specialise(i)
+                compiles.seconds[i] = time.perf_counter() - began
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool:
+            timed = _TimedExecutor(pool, compiles.seconds)
+            with async_mode(timed, ignore_errors=True):
+                futures = {}
+                with recording_specializations(compiles.specs) as now:
+                    for i in order:
+                        now(i)
+                        timed.current = i
+                        futures[i] = specialise(i)
+                for i, future in futures.items():
+                    if hasattr(future, "result"):
+                        try:
+                            future.result()
+                        except Exception as e:
+                            compiles.failures[i] = failure_reason(e)
     compiles.wall = time.perf_counter() - started
+    return compiles
 
 
 def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                configs: Sequence[Any], workers: int,
                prepare: Prepare | None = None,
                specs: dict[int, str] | None = None) -> dict[int, str]:
-    """Compile every config in `configs` for these arguments (see `compiling`) and wait for all
-    of them. Returns {index in configs: failure reason} for configs whose hook or compile
-    failed; the others are ready to launch. When `specs` is given it receives {index:
-    specialization data} of the configs compiled here (see recording_specializations)."""
-    with compiling(kernel, args, kwargs, configs, workers, prepare) as (finished, compiles):
-        failures = {i: failure for i, failure in finished if failure}
+    """`compile_candidates`, returning {index in configs: failure reason} of the configs whose
+    hook or compile failed; when `specs` is given it receives {index: specialization data} of
+    the configs compiled here (see recording_specializations)."""
+    compiles = compile_candidates(kernel, args, kwargs, configs, workers, prepare)
     if specs is not None:
         specs.update(compiles.specs)
-    return failures
+    return compiles.failures

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune_cache.errors import AutotuneCacheError
@@ -21,7 +21,7 @@ from autotune_cache.store.tuning import Tuned, TuneJob
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import preload
 from autotune_cache.triton.benchlock import device_bench_lock
-from autotune_cache.triton.compile import Compiles, Finished, compiling, failure_reason
+from autotune_cache.triton.compile import compile_candidates, failure_reason
 from autotune_cache.triton.configs import describe_config, match_text
 from autotune_cache.triton.device import device_identity, interpreter_active
 from autotune_cache.triton.problem import problem_key
@@ -142,18 +142,6 @@ class KernelTuning:
             timing.failure = failure_reason(e)
         return timing
 
-    def _compiling(self, todo: list[int], on_device: bool
-                   ) -> contextlib.AbstractContextManager[tuple[Finished, Compiles]]:
-        """The compiles of `todo` (indices into the configs), as `compile.compiling` hands them
-        over, with indices into the configs; off the device nothing is compiled ahead (the fake
-        benchmark launches nothing, the interpreter compiles nothing) and every candidate is
-        handed over at once."""
-        if not on_device:
-            return contextlib.nullcontext((((i, "") for i in todo), Compiles()))
-        return _renumbered(compiling(self.tuner.fn, self.args, self.kwargs,
-                                     [self.configs[i] for i in todo], self.compile_workers,
-                                     prepare=self._prepare()), todo)
-
     def _benchmark(self, todo: list[int]
                    ) -> tuple[dict[int, pb.Timing], int, set[int], dict[int, str]]:
         """Compile (in parallel) and benchmark (under the device lock) the candidates `todo`;
@@ -161,59 +149,49 @@ class KernelTuning:
         candidates the configured benchmark timed: bench.halving_stages screens the others out
         with shorter benchmarks first) and the specialization data of those compiled here.
 
-        The first screening stage times each candidate as soon as its compile finishes, while
-        the slower ones still compile: a key's tuning then takes about its slowest compile
-        plus the later stages, not every compile plus every benchmark. The stages after it,
-        and a configured benchmark that is the only stage, start once every compile has
-        finished: the times that choose the winner are never taken beside running compiles."""
+        The benchmarks start once every compile has finished (the costliest started first:
+        compile.compile_cost). Screening each candidate as soon as its compile finished was
+        tried on the H200 (bench/gpu_perf.py; docs/benchmarks.md): the cold workload took
+        0.215x of triton.autotune instead of 0.265x, but one winner came out 3.57 % slower than
+        the best of a careful re-timing, against a 3 % bound. Launches timed while 16 compile
+        threads take turns on the GIL wait on the host, inside the timed intervals."""
         if not todo:
             return {}, 0, set(), {}
         configs, tuner, progress = self.configs, self.tuner, self.progress
         assert progress is not None
         on_device = self.benchmark.method != "fake" and not interpreter_active()
-        problem = problem_key(tuner.arg_names, tuner.keys, {**tuner.nargs, **self.kwargs})
-        stages = bench_mod.halving_stages(self.benchmark, len(todo))
-        screened = stages[0][1] is not None
-        timings: dict[int, pb.Timing] = {}
         failures: dict[int, str] = {}
-        alive: list[int] = []
+        specializations: dict[int, str] = {}
+        if on_device:
+            compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
+                                          [configs[i] for i in todo], self.compile_workers,
+                                          prepare=self._prepare())
+            failures = {todo[j]: reason for j, reason in compiles.failures.items()}
+            specializations = {todo[j]: spec for j, spec in compiles.specs.items()}
+            slowest = compiles.slowest()
+            progress.compiled(len(todo), len(failures), compiles.wall,
+                              slowest and (describe_config(configs[todo[slowest[0]]]), slowest[1]))
+
+        problem = problem_key(tuner.arg_names, tuner.keys, {**tuner.nargs, **self.kwargs})
+        timings: dict[int, pb.Timing] = {}
+        alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
-        with self._compiling(todo, on_device) as (finished, compiles):
-            if not screened:  # the only stage times the winner: every compile finishes
-                finished = iter(sorted(finished))  # first, and they are timed in config order
-            with preload.held() if on_device else contextlib.nullcontext(), lock:
-                for stage, (benchmark, keep) in enumerate(stages):
-                    arrivals = finished if stage == 0 else ((i, "") for i in alive)
-                    for i, failure in arrivals:
-                        if failure:
-                            failures[i] = failure
-                            timing = pb.Timing(failure=failure)
-                        else:
-                            timing = self._measure(benchmark, configs[i], problem)
-                        timings[i] = timing
-                        if stage == 0:
-                            alive += [] if failure else [i]
-                            progress.step(describe_config(configs[i]),
-                                          None if timing.failure else timing.time_ms,
-                                          timing.failure)
-                    if stage == 0 and on_device:
-                        slowest = compiles.slowest()
-                        progress.compiled(len(todo), len(failures), compiles.wall,
-                                          slowest and (describe_config(configs[todo[slowest[0]]]),
-                                                       slowest[1]))
-                    if keep is not None:
-                        ranked = sorted((timings[i].time_ms, i) for i in alive
-                                        if not timings[i].failure)
-                        survivors = max(bench_mod.MIN_SURVIVORS, math.ceil(len(ranked) / keep))
-                        alive = [i for _, i in ranked[:survivors]]
+        with preload.held() if on_device else contextlib.nullcontext(), lock:
+            stages = bench_mod.halving_stages(self.benchmark, len(alive))
+            for stage, (benchmark, keep) in enumerate(stages):
+                for i in todo if stage == 0 else alive:
+                    if i in failures:
+                        timing = pb.Timing(failure=failures[i])
+                    else:
+                        timing = self._measure(benchmark, configs[i], problem)
+                    timings[i] = timing
+                    if stage == 0:
+                        progress.step(describe_config(configs[i]),
+                                      None if timing.failure else timing.time_ms, timing.failure)
+                if keep is not None:
+                    ranked = sorted((timings[i].time_ms, i) for i in alive
+                                    if not timings[i].failure)
+                    survivors = max(bench_mod.MIN_SURVIVORS, math.ceil(len(ranked) / keep))
+                    alive = [i for _, i in ranked[:survivors]]
         completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
-        specializations = {todo[j]: spec for j, spec in compiles.specs.items()}
-        return dict(sorted(timings.items())), completed, set(alive), specializations
-
-
-@contextlib.contextmanager
-def _renumbered(compiles: contextlib.AbstractContextManager[tuple[Finished, Compiles]],
-                todo: list[int]) -> Iterator[tuple[Finished, Compiles]]:
-    """`compiling` over the configs of `todo`, handing over indices into all the configs."""
-    with compiles as (finished, done):
-        yield ((todo[j], failure) for j, failure in finished), done
+        return timings, completed, set(alive), specializations
