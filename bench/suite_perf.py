@@ -357,7 +357,7 @@ PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to
     ("  inside: Triton's autotuner benchmarks", _timer("triton_autotuner_bench")),
     ("  inside: our cache lookups (Cache.lookup)", _timer("ours_lookup")),
     ("  inside: our tunings (a key's compiles and benchmarks)", _timer("ours_tuning")),
-    ("    their compiles, first start to last finish (screening runs meanwhile)",
+    ("    their compiles, first start to last finish (benchmarks start after)",
      _timer("ours_compile_wall")),
     ("    each key's slowest compile, summed (no tuning ends before it)",
      _timer("ours_slowest_compile")),
