@@ -122,7 +122,7 @@ Prepare = Callable[[Any], None]
 
 
 @contextlib.contextmanager
-def recording_specializations(specs: dict[int, str] | None) -> Iterator[Callable[[int], None]]:
+def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int], None]]:
     """While active, the specialization data (the JSON `JITFunction.preload` takes) of every
     compile Triton starts is kept in `specs` under the index last passed to the yielded
     `now(i)`. Triton calls `knobs.runtime.jit_cache_hook` synchronously in the thread that
@@ -135,7 +135,7 @@ def recording_specializations(specs: dict[int, str] | None) -> Iterator[Callable
         current[0] = i
 
     knobs = _runtime_knobs()
-    if specs is None or knobs is None:
+    if knobs is None:
         yield now
         return
     previous = knobs.jit_cache_hook
@@ -279,15 +279,3 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
     compiles.wall = time.perf_counter() - started
     return compiles
 
-
-def precompile(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-               configs: Sequence[Any], workers: int,
-               prepare: Prepare | None = None,
-               specs: dict[int, str] | None = None) -> dict[int, str]:
-    """`compile_candidates`, returning {index in configs: failure reason} of the configs whose
-    hook or compile failed; when `specs` is given it receives {index: specialization data} of
-    the configs compiled here (see recording_specializations)."""
-    compiles = compile_candidates(kernel, args, kwargs, configs, workers, prepare)
-    if specs is not None:
-        specs.update(compiles.specs)
-    return compiles.failures

@@ -52,8 +52,8 @@ class Progress:
 
     def compiled(self, count: int, failed: int, seconds: float,
                  slowest: tuple[str, float] | None = None) -> None:
-        """Once the compiles of `count` configs have all finished (the first screening
-        benchmarks run meanwhile), with the slowest compile: it bounds the tuning's time."""
+        """Once the compiles of `count` configs have all finished, before any benchmark,
+        with the slowest compile: the compiles cannot end before it does."""
         if count and self._active():
             self._header()
             line = f"  compiled {count} configs in {seconds:.1f} s ({failed} failed)"

@@ -2,7 +2,7 @@
 
 The compile-only driver (sm_90 target) lets the real compiler run. Launches are intercepted: the
 JIT function's `run` still specialises and compiles, but where it would launch it records the
-block shape of every descriptor argument instead. So this checks, with the parallel precompile,
+block shape of every descriptor argument instead. So this checks, with the parallel compile,
 that each candidate is specialised after its own `pre_hook` and that each benchmark launch sees
 the arguments in the state its own hook left them. Prints one JSON line.
 """

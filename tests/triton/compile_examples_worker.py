@@ -2,7 +2,7 @@
 
 Catches GPU-only compile errors in examples/triton before they reach a GPU machine: each example
 module is imported in GPU mode (TRITON_INTERPRET=0), a compile-only driver names an sm_90 target,
-and every GPU candidate of every example is compiled through the autotuner's parallel precompile
+and every GPU candidate of every example is compiled through the autotuner's parallel compile
 path (the @triton.heuristics wrappers included). Prints one JSON line: {example: failures}.
 """
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "trito
 import torch  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-from autotune_cache.triton.compile import precompile  # noqa: E402
+from autotune_cache.triton.compile import compile_candidates  # noqa: E402
 from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
 
 
@@ -44,8 +44,8 @@ def main() -> None:
     out = {}
     for name, (tuner, args, meta) in cases.items():
         configs = tuner.configs[:only] if only else tuner.configs
-        failures = precompile(tuner.fn, args, {"grid": None, "warmup": False, **meta}, configs,
-                              workers)
+        failures = compile_candidates(tuner.fn, args, {"grid": None, "warmup": False, **meta},
+                                      configs, workers).failures
         out[name] = {"compiled": len(configs), "failures": failures}
     print(json.dumps(out))
 

@@ -18,8 +18,8 @@ import torch  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-import autotune_cache.triton  # noqa: E402, F401  (precompile applies the sandbox default)
-from autotune_cache.triton.compile import precompile  # noqa: E402
+import autotune_cache.triton  # noqa: E402, F401  (compiling applies the sandbox default)
+from autotune_cache.triton.compile import compile_candidates  # noqa: E402
 from tests.triton import kernels  # noqa: E402
 
 
@@ -51,8 +51,9 @@ def main() -> None:
     driver.set_active(CompileOnlyDriver())
     blocks = (16, 24, 32, 64)
     x = torch.empty(256)
-    failures = precompile(kernels.add_kernel, (x, x, x, 256), {"grid": None, "warmup": False},
-                          kernels.configs(*blocks), workers=2)
+    failures = compile_candidates(kernels.add_kernel, (x, x, x, 256),
+                                  {"grid": None, "warmup": False}, kernels.configs(*blocks),
+                                  workers=2).failures
     warmed = kernels.tuned_add(blocks=(128, 256)).warmup(torch.float32, torch.float32,
                                                          torch.float32, 256, grid=(1,))
     cache_dir = Path(os.environ["TRITON_CACHE_DIR"])

@@ -2,7 +2,7 @@
 
 A compile-only driver names an sm_90 target and the device is stubbed as an H100-class GPU, so
 `Autotuner._select` runs exactly what it runs on a GPU up to the launch: cache lookup, parallel
-precompile of the matmul example's GPU candidates (through @triton.heuristics), the device-wide
+compile of the matmul example's GPU candidates (through @triton.heuristics), the device-wide
 benchmarking lock, benchmarking (a user `do_bench` that does not launch) and recording. Prints one
 JSON line describing the recorded entry.
 """

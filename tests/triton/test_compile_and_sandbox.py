@@ -180,7 +180,7 @@ def test_tma_attention_pre_hooks_run_before_each_candidate_compiles(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_example_kernels_compile_for_sm90_through_precompile(tmp_path: Path) -> None:
+def test_example_kernels_compile_for_sm90_through_compile_candidates(tmp_path: Path) -> None:
     """The GPU candidate lists of examples/triton compile for sm_90 (heuristics included)."""
     env = dict(os.environ)
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
@@ -195,8 +195,8 @@ def test_example_kernels_compile_for_sm90_through_precompile(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_gpu_tuning_path_without_a_gpu(tmp_path: Path) -> None:
-    """Everything the tuner does on a GPU short of launching: precompile, device lock, timing,
-    failure recording, toolchain key with the ptxas version."""
+    """Everything the tuner does on a GPU short of launching: the parallel compile, device
+    lock, timing, failure recording, toolchain key with the ptxas version."""
     env = dict(os.environ)
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_BENCH_LOCK_DIR=str(tmp_path),

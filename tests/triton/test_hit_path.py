@@ -60,8 +60,8 @@ def test_a_key_passed_by_keyword_takes_the_full_path(use_cache, fake):
 
 
 def test_compiles_started_are_attributed_to_the_candidate_being_specialised():
-    """What precompile records for preloading: Triton's jit_cache_hook runs in the thread that
-    starts a compile; a hook the user set keeps running and is restored."""
+    """What compile_candidates records for preloading: Triton's jit_cache_hook runs in the
+    thread that starts a compile; a hook the user set keeps running and is restored."""
     from triton import knobs
 
     from autotune_cache.triton.compile import recording_specializations
