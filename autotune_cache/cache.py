@@ -359,6 +359,15 @@ class Cache:
             self._mark_used(key, entry)
             self.flush_dump()
 
+    def record_warmup(self, key: CacheKey, entry: pb.Entry) -> None:
+        """Keep a warm-up entry (triton/warmups.py) for the dump, and only there: it is written
+        with the next tuning or at exit, and never offered to a shared tier."""
+        with self._lock:
+            if self.settings.dump_to is not None and key.digest() not in self._used:
+                self._used[key.digest()] = (key, entry)
+                self._dump_dirty = True
+                self.stats.warmup_recorded()
+
     def _mark_used(self, key: CacheKey, entry: pb.Entry) -> None:
         if self.settings.dump_to is not None:
             self._used[key.digest()] = (key, entry)
@@ -437,6 +446,11 @@ def configure(settings: Settings | None = None) -> Cache:
     """Replace the process-wide cache: the Python equivalent of AUTOTUNE_FLAGS."""
     with _cache_lock:
         return _install(settings if settings is not None else settings_from_env())
+
+
+def current() -> Cache | None:
+    """The process-wide cache if one is configured yet, without configuring one."""
+    return _cache
 
 
 def get_cache() -> Cache:

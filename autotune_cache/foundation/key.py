@@ -47,6 +47,17 @@ class Device:
         return cls(name=msg.name, arch=msg.arch, sm_count=msg.sm_count)
 
 
+# The candidate-list fingerprint of a warm-up entry: a plain `@triton.jit` specialization that a
+# dump run compiled, recorded so that a loaded run compiles it ahead (triton/warmups.py). A
+# real candidate-list fingerprint is a hex digest, so no tuned entry carries it.
+WARMUP_CONFIGS = "triton.jit"
+
+
+def is_warmup(key: CacheKey) -> bool:
+    """Whether `key` is a warm-up entry's (a specialization to compile ahead, no tuned result)."""
+    return key.configs_fingerprint == WARMUP_CONFIGS
+
+
 def _canonical_value(value: object) -> str:
     """Render one problem value so that equal problems always render equally."""
     if isinstance(value, bool):

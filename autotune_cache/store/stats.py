@@ -28,6 +28,10 @@ class Stats:
     tuning_seconds: float = 0.0
     saved_seconds: float = 0.0
     stale_keys: list[str] = field(default_factory=list)
+    # Plain @triton.jit specializations (triton/warmups.py): recorded into the dump, and loaded
+    # ones queued to compile ahead of their launches.
+    warmups_recorded: int = 0
+    warmups_ahead: int = 0
     # Kernels this cache looked results up for, and autotuned kernels that did not reach it
     # (decorated by triton.autotune before autotune_cache.triton.install(); docs/triton.md).
     kernels_served: set[str] = field(default_factory=set)
@@ -78,9 +82,18 @@ class Stats:
             self.tuning_seconds += seconds
             self.benchmarks += benchmarks
 
+    def warmup_recorded(self) -> None:
+        with self._lock:
+            self.warmups_recorded += 1
+
+    def warmups_queued(self, count: int) -> None:
+        with self._lock:
+            self.warmups_ahead += count
+
     @property
     def anything_happened(self) -> bool:
-        return bool(self.hits or self.misses or self.tuned or self.kernels_on_triton)
+        return bool(self.hits or self.misses or self.tuned or self.kernels_on_triton
+                    or self.warmups_recorded or self.warmups_ahead)
 
     def summary_line(self) -> str:
         line = (f"autotune_cache: {self.hits} hits, {self.misses} misses, {self.stale} stale, "
@@ -91,6 +104,12 @@ class Stats:
             line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:
             line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
+        if self.warmups_recorded:
+            line += (f", recorded {self.warmups_recorded} plain @triton.jit specialization(s) "
+                     "to compile ahead")
+        if self.warmups_ahead:
+            line += (f", queued {self.warmups_ahead} plain @triton.jit specialization(s) to "
+                     "compile ahead")
         if self.kernels_on_triton:
             names = sorted(self.kernels_on_triton)
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -22,6 +22,9 @@ from autotune_cache.triton.routing import (
     uninstall,
 )
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+from autotune_cache.triton.warmups import install as _install_warmups
+
+_install_warmups()  # Triton's compile hook: plain @triton.jit specializations (warmups.py)
 
 __all__ = [
     "INTERPRETER_DEVICE",

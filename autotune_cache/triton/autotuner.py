@@ -26,7 +26,7 @@ from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import config_text
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import preload, remote_compile
+from autotune_cache.triton import preload, remote_compile, warmups
 from autotune_cache.triton.configs import (
     config_from_proto,
     config_to_proto,
@@ -126,6 +126,9 @@ class Autotuner(_TritonAutotuner):
         # kernel's), so an edit to the file after import is not mistaken for the running code.
         self._heuristics_fingerprint = heuristics_fingerprint(fn)
         preload.register(self)
+        jit_fn = preload._jit_function(fn)
+        if jit_fn is not None:  # its compiles are ours: not plain warm-ups (warmups.py)
+            setattr(jit_fn, warmups.TUNED, True)
 
     # ----- key -------------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ first launch. (docs/decisions/0012-hooks-before-specialisation.md)
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import re
 import threading
 import time
@@ -143,7 +145,7 @@ def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int],
     def hook(*args: Any, **kw: Any) -> Any:
         data = (kw.get("compile") or {}).get("specialization_data")
         if data and current[0] >= 0 and threading.current_thread() is owner:
-            specs[current[0]] = data
+            specs[current[0]] = portable_specialization(data)
         return previous(*args, **kw) if previous is not None else None
 
     owner = threading.current_thread()
@@ -152,6 +154,32 @@ def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int],
         yield now
     finally:
         knobs.jit_cache_hook = previous
+
+
+def portable_specialization(data: str) -> str:
+    """Triton's specialization data without what only names this machine: the libraries Triton
+    links by default (libdevice, under Triton's own package directory) are recorded by absolute
+    path, which a results file committed from one checkout would carry to every other machine,
+    where the path does not exist (and every regeneration elsewhere would rewrite). Left out,
+    `JITFunction.preload` fills in the loading machine's own, as Triton does for a launch; the
+    compile cache hashes the library's content, not its path. Anything else is kept as is."""
+    try:
+        obj = json.loads(data)
+        libs = obj["options"]["extern_libs"]
+    except (ValueError, KeyError, TypeError):
+        return data
+    if not isinstance(libs, list) or not libs:
+        return data
+    import triton
+
+    root = os.path.realpath(os.path.dirname(triton.__file__)) + os.sep
+    kept = [lib for lib in libs
+            if not (isinstance(lib, list) and len(lib) == 2 and isinstance(lib[1], str)
+                    and os.path.realpath(lib[1]).startswith(root))]
+    if len(kept) == len(libs):
+        return data
+    obj["options"]["extern_libs"] = kept or None
+    return json.dumps(obj)
 
 
 def _runtime_knobs() -> Any:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
 import threading
@@ -130,6 +131,11 @@ class _Ahead:
     bytes_left: int
     compiles_left: int
     compiles: dict[tuple[int, str], Preload] = field(default_factory=dict)
+    # The same compiles by (JIT function, Triton's JIT key), for a launch to find (`awaiting`).
+    by_jit_key: dict[tuple[int, str], Preload] = field(default_factory=dict)
+    # Whether the tuners not launched yet were scanned (at the first tuner's first launch; the
+    # warm-ups of plain JIT functions may have started the compile-ahead before it).
+    tuners_started: bool = False
 
 
 _lock = threading.RLock()
@@ -142,6 +148,7 @@ _hold = threading.Condition()
 _holders = 0
 _running = 0
 _exit_hook = False
+_local = threading.local()
 
 
 def register(tuner: Autotuner) -> None:
@@ -172,21 +179,89 @@ def first_launch(tuner: Autotuner, key: CacheKey, cache: Cache) -> dict[str, Pre
     """At `tuner`'s first launch of a new problem (with `key`): start the compile-ahead of the
     process if it has not started for this cache, and return this kernel's preloads (its own
     loaded winners, any problem, any candidate list) by key digest."""
-    global _ahead
     with _lock:
         if tuner._preloads is not None:  # started by the compile-ahead meanwhile
             return tuner._preloads
-        if _ahead is not None and _ahead.cache is cache:
-            return _scan_launched(_ahead, tuner, key)
-        if _ahead is not None:
-            _ahead.pool.shutdown(wait=False)
-        _ahead = _Ahead(cache, key.device, key.toolchain, _new_pool(cache),
-                        AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX)
-        _start_driver()
-        own = _scan_launched(_ahead, tuner, key)
-        others = [t for _, t in sorted(_tuners.items()) if t is not tuner]
-        _start_others(_ahead, others)
-        return own
+        ahead = _ahead_for(cache, key.device, key.toolchain)
+        own = _scan_launched(ahead, tuner, key)
+        if not ahead.tuners_started:
+            ahead.tuners_started = True
+            _start_others(ahead, [t for _, t in sorted(_tuners.items()) if t is not tuner])
+    # Outside the lock: the warm-ups take their own lock first, then this one.
+    from autotune_cache.triton import warmups
+
+    warmups.start(cache)
+    return own
+
+
+def _ahead_for(cache: Cache, device: Device, toolchain: Any) -> _Ahead:
+    """The compile-ahead of `cache`, started now if it has not been (the caller holds _lock);
+    one started for another cache is shut down."""
+    global _ahead
+    if _ahead is not None and _ahead.cache is cache:
+        return _ahead
+    if _ahead is not None:
+        _ahead.pool.shutdown(wait=False)
+    _ahead = _Ahead(cache, device, toolchain, _new_pool(cache), AHEAD_SCAN_LIMIT,
+                    AHEAD_SCAN_BYTES, AHEAD_MAX)
+    _start_driver()
+    return _ahead
+
+
+def warm_up(cache: Cache, jit_fn: Any, like: CacheKey) -> int:
+    """Queue the compiles of the loaded warm-up entries (triton/warmups.py) matching `like`'s
+    kernel, source fingerprint, device and toolchain into the plain JIT function `jit_fn`, under
+    the one-kernel caps and what is left of the compile-ahead's, each xdist worker from its own
+    offset; the number queued. Starts the compile-ahead for `cache` if it has not started."""
+    with _lock:
+        ahead = _ahead_for(cache, like.device, like.toolchain)
+        if ahead.compiles_left <= 0:
+            return 0
+        entries, unparsed = cache.loaded_cost(like.kernel)
+        if not entries or entries > min(PRELOAD_SCAN_LIMIT, ahead.entries_left) \
+                or unparsed > min(PRELOAD_SCAN_BYTES, ahead.bytes_left):
+            return 0
+        ahead.entries_left -= entries
+        ahead.bytes_left -= unparsed
+        wanted = _winners(cache, like, entries, unparsed)
+        _, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left))
+        ahead.compiles_left -= len(new)
+        worker = env.xdist_worker()
+        if worker is not None and new:
+            offset = len(new) * worker[0] // worker[1]
+            new = new[offset:] + new[:offset]
+        for preload in new:
+            _queue(ahead, preload)
+        return len(new)
+
+
+def awaiting(jit_fn: Any, jit_key: object) -> Preload | None:
+    """The compile ahead that files a kernel of `jit_fn` under Triton's JIT key `jit_key` (the
+    one a launch looks up), if one was queued, for the launch to wait for instead of compiling
+    it a second time; None in the thread running a preload."""
+    ahead = _ahead
+    if ahead is None or in_preload() or not ahead.by_jit_key:
+        return None
+    try:
+        text = json.dumps(jit_key)
+    except (TypeError, ValueError):
+        return None
+    return ahead.by_jit_key.get((id(jit_fn), text))
+
+
+def jit_key_of(specialization: str) -> str | None:
+    """Triton's JIT key in recorded specialization data, as JSON text (how `awaiting` compares
+    it with a launch's); None when the record has none."""
+    try:
+        key = json.loads(specialization)["key"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return json.dumps(key)
+
+
+def in_preload() -> bool:
+    """Whether the calling thread is compiling a preload now."""
+    return getattr(_local, "preloading", False)
 
 
 def _jit_function(fn: Any) -> Any | None:
@@ -224,6 +299,9 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int
                 continue
             found = ahead.compiles[(id(jit_fn), spec)] = Preload(jit_fn, spec)
             new.append(found)
+            jit_key = jit_key_of(spec)
+            if jit_key is not None:
+                ahead.by_jit_key.setdefault((id(jit_fn), jit_key), found)
         preloads[digest] = found
     return preloads, new
 
@@ -367,12 +445,15 @@ def _start_driver() -> None:
 def _preload(jit_fn: Any, specialization: str) -> bool:
     """Compile one recorded specialization into `jit_fn`'s kernel cache, and build its launcher;
     whether it compiled (never raises)."""
+    _local.preloading = True
     try:
         kernel = jit_fn.preload(specialization)
     except Exception as e:  # a foreign or stale record: the launch compiles as usual
-        log.debug("autotune_cache: preloading a winner of %s failed: %s",
+        log.debug("autotune_cache: preloading %s failed: %s",
                   getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
         return False
+    finally:
+        _local.preloading = False
     _build_launcher(kernel)
     return True
 

@@ -67,6 +67,7 @@ def test_compiles_started_are_attributed_to_the_candidate_being_specialised():
     from autotune_cache.triton.compile import recording_specializations
 
     seen = []
+    installed = knobs.runtime.jit_cache_hook  # ours (warmups.py), put back at the end
     knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw["compile"]["key"])
     try:
         specs: dict[int, str] = {}
@@ -79,7 +80,7 @@ def test_compiles_started_are_attributed_to_the_candidate_being_specialised():
         knobs.runtime.jit_cache_hook(compile={"key": "after"})
         assert seen[-1] == "after"
     finally:
-        knobs.runtime.jit_cache_hook = None
+        knobs.runtime.jit_cache_hook = installed
 
 
 class StubJit:

@@ -1,0 +1,285 @@
+"""Plain `@triton.jit` kernels: a dump run records what it compiled, a loaded run compiles it ahead.
+
+Why: a suite's kernels that nothing autotunes (Liger-Kernel's MoE routing kernels, a library's
+elementwise helpers) compile at their first launch, one by one on the test's thread, in every
+sandbox whose compile cache is empty. On the H200 that was 23.5 s of Liger's loaded suite,
+which Triton's best case (a warm compile cache) does not pay. The results file already travels
+to every sandbox, so it carries what those launches need.
+
+Recording (a process with --dump_autotune_results_to): every compile Triton starts, seen through
+its `knobs.runtime.jit_cache_hook`, of a JIT function that no tuner of ours drives (their
+winners are recorded with their entries) and not under the benchmark of one of Triton's own
+autotuners (its candidates, compiled again by that autotuner in every run), becomes a warm-up
+entry (foundation/key.py `WARMUP_CONFIGS`): the function's module-qualified name, its source
+fingerprint (fingerprint.py, as a tuned kernel's), the device and toolchain, and as the problem
+a digest of Triton's specialization data, which the result holds. Warm-ups go to the dump
+only, never to a shared tier (a tier's entries are untrusted: one there would have every
+reader compile what a stranger named) and are written with the next tuning or at exit, not at
+each compile. A dump run compiles nothing ahead: what it records is then exactly what its
+launches compiled, and a regeneration drops what no launch needs any more.
+
+Loading (a process with --load_autotune_results_from and no dump): at the first compile Triton
+starts in the process (a launch, so the GPU driver is up) and at the first autotuned launch, the
+loaded warm-ups of each plain JIT function in a module already imported (nothing is imported
+here) are queued on the compile-ahead's pool (preload.py) when their source fingerprint,
+device and toolchain match the running ones, under the compile-ahead's caps. A function in a
+module imported later is looked for at the next compile. A launch that needs a specialization
+queued there waits for it (or, when no thread has started it, compiles it itself) and then
+finds it in the compile cache instead of compiling it twice.
+
+A warm-up is only ever a compile started early: a stale or foreign one (another source, device
+or toolchain) is not compiled, a specialization no launch asks for is wasted work, never a
+result. Triton keeps one `jit_cache_hook`: ours chains to the one it replaced, and a hook set
+after ours replaces it (then nothing is recorded or compiled ahead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune_cache import cache as cache_module
+from autotune_cache.cache import Cache
+from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.triton import preload
+from autotune_cache.triton.compile import failure_reason, portable_specialization
+from autotune_cache.triton.device import current_device, toolchain
+from autotune_cache.triton.fingerprint import source_fingerprint
+
+log = logging.getLogger(__name__)
+
+# Set on the JIT function of every tuner of ours (autotuner.py): its compiles are candidates or
+# winners, recorded with the tuned entries.
+TUNED = "_autotune_cache_tuned"
+# How many frames up a compile is looked at for a Triton autotuner's benchmark.
+_FRAMES = 40
+
+
+@dataclass
+class _Process:
+    """What this process does with warm-ups for one cache: record, load or nothing."""
+
+    cache: Cache
+    mode: str  # "record", "load" or "off"
+    device: Device | None = None
+    toolchain: tuple[tuple[str, str], ...] = ()
+    started: bool = False
+    # Loaded kernel names not resolved to a JIT function yet, and sys.modules' size when they
+    # were last looked for.
+    pending: set[str] = field(default_factory=set)
+    modules_seen: int = -1
+    fingerprints: weakref.WeakKeyDictionary[Any, str] = field(
+        default_factory=weakref.WeakKeyDictionary)
+
+
+_lock = threading.RLock()
+_process: _Process | None = None
+_installed = False
+_previous: Any = None
+
+
+def install() -> None:
+    """Chain our hook in front of Triton's `jit_cache_hook` (once per process; no Triton with
+    the knob, nothing). Costs nothing until Triton compiles."""
+    global _installed, _previous
+    with _lock:
+        if _installed:
+            return
+        knobs = _runtime_knobs()
+        if knobs is None:
+            return
+        _previous = knobs.jit_cache_hook
+        knobs.jit_cache_hook = _hook
+        _installed = True
+
+
+def _runtime_knobs() -> Any:
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    runtime = getattr(knobs, "runtime", None)
+    return runtime if runtime is not None and hasattr(runtime, "jit_cache_hook") else None
+
+
+def _hook(*args: Any, **kw: Any) -> Any:
+    try:
+        _on_compile(kw)
+    except Exception as e:  # noqa: BLE001 - never in the way of the user's launch
+        log.debug("autotune_cache: warm-up hook: %s", failure_reason(e))
+    previous = _previous
+    return previous(*args, **kw) if previous is not None else None
+
+
+def _on_compile(kw: dict[str, Any]) -> None:
+    info = kw.get("fn")
+    jit_fn = getattr(info, "jit_function", None)
+    spec = (kw.get("compile") or {}).get("specialization_data")
+    if jit_fn is None or not spec or preload.in_preload():
+        return
+    state = _current()
+    if state is None or state.mode == "off":
+        return
+    if state.mode == "record":
+        _record(state, jit_fn, portable_specialization(spec))
+        return
+    _scan(state)
+    found = preload.awaiting(jit_fn, kw.get("key"))
+    if found is not None:
+        found.wait()
+
+
+def start(cache: Cache) -> None:
+    """The first autotuned launch: start the loaded warm-ups too, if `cache` loads files."""
+    state = _current(cache)
+    if state is not None and state.mode == "load":
+        _scan(state)
+
+
+def _current(cache: Cache | None = None) -> _Process | None:
+    """This process's warm-up state for the process cache (`cache`, else the one configured;
+    None when no cache is configured and AUTOTUNE_FLAGS sets nothing)."""
+    global _process
+    if cache is None:
+        cache = cache_module.current()
+        if cache is None:
+            if not os.environ.get("AUTOTUNE_FLAGS", "").strip():
+                return None
+            cache = cache_module.get_cache()
+    with _lock:
+        if _process is None or _process.cache is not cache:
+            settings = cache.settings
+            mode = ("record" if settings.dump_to is not None
+                    else "load" if settings.load_from else "off")
+            _process = _Process(cache, mode)
+        return _process
+
+
+def _device(state: _Process) -> tuple[Device, tuple[tuple[str, str], ...]]:
+    if state.device is None:
+        state.device = current_device()
+        state.toolchain = tuple(sorted(toolchain(state.device).items()))
+    return state.device, state.toolchain
+
+
+def _fingerprint(state: _Process, jit_fn: Any) -> str:
+    found = state.fingerprints.get(jit_fn)
+    if found is None:
+        found = state.fingerprints[jit_fn] = source_fingerprint(jit_fn)
+    return found
+
+
+def _full_name(jit_fn: Any) -> str | None:
+    """`module.qualname` of the function, or None when no later process could find it by that
+    name (a function defined in a function, a lambda)."""
+    fn = getattr(jit_fn, "fn", None)
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    return f"{module}.{qualname}"
+
+
+# ----- recording ------------------------------------------------------------------------------
+
+def _record(state: _Process, jit_fn: Any, spec: str) -> None:
+    if getattr(jit_fn, TUNED, False) or _under_triton_autotuner():
+        return
+    name = _full_name(jit_fn)
+    if name is None:
+        return
+    device, chain = _device(state)
+    key = CacheKey(kernel=name, source_fingerprint=_fingerprint(state, jit_fn),
+                   configs_fingerprint=WARMUP_CONFIGS,
+                   problem={"specialization": hashlib.sha256(spec.encode()).hexdigest()[:16]},
+                   device=device, toolchain=chain)
+    from autotune_cache import __version__
+
+    entry = pb.Entry(key=key.to_proto(),
+                     result=pb.Result(triton_specialization=spec, tuner_version=__version__))
+    state.cache.record_warmup(key, entry)
+
+
+def _under_triton_autotuner() -> bool:
+    """Whether the compile runs under one of Triton's own autotuners (not ours): its candidates
+    are compiled by it in every run, so none is worth recording."""
+    try:
+        from triton.runtime.autotuner import Autotuner as TritonAutotuner
+    except ImportError:
+        return False
+    from autotune_cache.triton.autotuner import Autotuner
+
+    frame = sys._getframe(2)
+    for _ in range(_FRAMES):
+        if frame is None:
+            return False
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, TritonAutotuner) and not isinstance(owner, Autotuner):
+            return True
+        frame = frame.f_back
+    return False
+
+
+# ----- loading --------------------------------------------------------------------------------
+
+def _scan(state: _Process) -> None:
+    """Queue the warm-ups of every loaded kernel name that resolves, now, to a plain JIT
+    function; the first call takes every loaded name, later ones only those still unresolved,
+    and only when a module was imported since."""
+    with _lock:
+        if not state.started:
+            state.started = True
+            try:
+                state.pending = set(state.cache.loaded_kernels())
+            except Exception as e:  # noqa: BLE001 - a damaged file: its lookups say so
+                log.debug("autotune_cache: no warm-ups: %s", failure_reason(e))
+                return
+        if not state.pending or len(sys.modules) == state.modules_seen:
+            return
+        state.modules_seen = len(sys.modules)
+        found = {name: fn for name in state.pending if (fn := _resolve(name)) is not _UNKNOWN}
+        state.pending -= set(found)
+        queued = 0
+        for name, jit_fn in sorted(found.items()):
+            if jit_fn is None or getattr(jit_fn, TUNED, False):
+                continue
+            device, chain = _device(state)
+            try:
+                fingerprint = _fingerprint(state, jit_fn)
+            except Exception as e:  # noqa: BLE001 - its launch compiles as usual
+                log.debug("autotune_cache: no warm-up of %s: %s", name, failure_reason(e))
+                continue
+            like = CacheKey(kernel=name, source_fingerprint=fingerprint,
+                            configs_fingerprint=WARMUP_CONFIGS, problem={}, device=device,
+                            toolchain=chain)
+            queued += preload.warm_up(state.cache, jit_fn, like)
+        if queued:
+            state.cache.stats.warmups_queued(queued)
+            log.debug("autotune_cache: compiling %d plain JIT specializations ahead", queued)
+
+
+_UNKNOWN = object()
+
+
+def _resolve(name: str) -> Any:
+    """The plain JIT function `name` (module-qualified) names in a module already imported;
+    None when it names something else (a tuner, a function gone), _UNKNOWN when no module
+    holding it is imported yet."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value: Any = module
+        for attr in parts[cut:]:
+            value = getattr(value, attr, None)
+            if value is None:  # a submodule not imported yet, or a name gone: look again later
+                return _UNKNOWN
+        return value if hasattr(value, "preload") and hasattr(value, "fn") else None
+    return _UNKNOWN

@@ -1,0 +1,104 @@
+"""Subprocess body: plain @triton.jit warm-ups with Triton's real compiler, for sm_90, no GPU.
+
+`dump PATH`: a process dumping to PATH warms up (compiles, never launches: a compile-only
+driver) two specializations of a plain kernel, one of a kernel our tuner drives and the
+candidates of one of Triton's own autotuners; prints the dump's entries.
+`load PATH`: a fresh process (its own empty compile cache) loads PATH; its first compile (of
+another kernel) queues the recorded specializations on the compile-ahead pool; once those
+finished, the plain kernel's own compiles find them. `load-held PATH`: the same while no pool
+thread may start (a tuning benchmarks), so each of those compiles runs its queued warm-up itself,
+once. Prints who ran ptxas for which kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.nvidia import compiler as nvidia  # noqa: E402
+from triton.runtime.driver import driver  # noqa: E402
+
+from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
+from autotune_cache.formats import load_results  # noqa: E402
+from autotune_cache.foundation.key import CacheKey, is_warmup  # noqa: E402
+from autotune_cache.triton import autotune, preload, warmups  # noqa: E402
+from tests.triton import kernels  # noqa: E402
+from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
+
+FAKE_GPU = Device(name="Fake H100", arch="sm_90", sm_count=132)
+
+
+def do_bench(kernel_call, quantiles):  # times without launching: there is no GPU
+    return [1.0] * len(quantiles)
+
+
+def ptxas_runs() -> list[tuple[str, str]]:
+    """(kernel, thread) of every real compile's ptxas step from now on (a compile-cache hit
+    runs none)."""
+    runs: list[tuple[str, str]] = []
+    original = nvidia.CUDABackend.make_cubin
+
+    def make_cubin(self, src, metadata, opt, capability):
+        thread = threading.current_thread().name
+        runs.append((metadata["name"], "pool" if thread.startswith("autotune-preload")
+                     else thread))
+        return original(self, src, metadata, opt, capability)
+
+    nvidia.CUDABackend.make_cubin = make_cubin
+    return runs
+
+
+def main() -> None:
+    phase, path = sys.argv[1], sys.argv[2]
+    driver.set_active(CompileOnlyDriver())
+    warmups.current_device = lambda: FAKE_GPU
+    x = torch.empty(256)
+    if phase == "dump":
+        configure(Settings(dump_to=path))
+        for block in (64, 128):
+            kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
+        autotune(configs=kernels.configs(32), key=["n"], do_bench=do_bench)(
+            kernels.accumulate_kernel)
+        kernels.accumulate_kernel.warmup(x, x, 256, BLOCK_SIZE=32, grid=(1,))
+        triton.autotune(configs=kernels.configs(16, 32), key=["n"], do_bench=do_bench)(
+            kernels.double_in_place_kernel).warmup(x, 256, grid=(1,))
+        written = get_cache().finish_dump()
+        keys = [CacheKey.from_proto(e.key) for e in load_results(path)]
+        print(json.dumps({
+            "written": written,
+            "warmups": sorted(k.kernel for k in keys if is_warmup(k)),
+            "with_specs": all(e.result.triton_specialization for e in load_results(path)),
+            "recorded": get_cache().stats.warmups_recorded,
+        }))
+        return
+    configure(Settings(load_from=(path,), compile_workers=2))
+    runs = ptxas_runs()
+    with contextlib.ExitStack() as stack:
+        if phase == "load-held":  # no pool thread starts: each launch runs its own warm-up
+            stack.enter_context(preload.held())
+        kernels.double_in_place_kernel.warmup(x, 256, BLOCK_SIZE=16, grid=(1,))  # first compile
+        queued = list(preload._ahead.compiles.values()) if preload._ahead else []
+        if phase == "load":
+            for p in queued:
+                p._done.wait(300)
+        compiled = [kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
+                    is not None for block in (64, 128)]
+    stats = get_cache().stats
+    print(json.dumps({
+        "queued_ok": [p.ok for p in queued],
+        "launch_compiles": compiled,
+        "ptxas": sorted(runs),
+        "warmups_ahead": stats.warmups_ahead,
+        "summary_mentions": "queued 2 plain @triton.jit" in stats.summary_line(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
