@@ -14,7 +14,7 @@ from autotune_cache.formats import (
     save_results,
     serialize_results,
 )
-from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.key import CacheKey, is_warmup
 from autotune_cache.foundation.validate import entry_problem
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.resultsets.base import (
@@ -33,6 +33,9 @@ from autotune_cache.store.dirstore import (
 )
 
 FORMAT_NAME = "autotune_cache"
+# What a warm-up entry (a plain @triton.jit specialization, triton/warmups.py) shows as its
+# config: it records no tuning, only what a loaded run compiles ahead.
+WARMUP_LABEL = "(warm-up: plain @triton.jit, compiled ahead)"
 
 
 def config_summary(config: pb.Config) -> str:
@@ -67,7 +70,7 @@ class OurResults:
                 problem=key.problem,
                 device=str(key.device),
                 toolchain=key.toolchain_str,
-                config=config_summary(e.result.config),
+                config=WARMUP_LABEL if is_warmup(key) else config_summary(e.result.config),
                 time_ms=e.result.time_ms if e.result.time_ms or e.result.candidates else None,
                 tuned_at=e.result.tuned_at,
                 payload=e.SerializeToString(deterministic=True),

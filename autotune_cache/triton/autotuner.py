@@ -126,9 +126,7 @@ class Autotuner(_TritonAutotuner):
         # kernel's), so an edit to the file after import is not mistaken for the running code.
         self._heuristics_fingerprint = heuristics_fingerprint(fn)
         preload.register(self)
-        jit_fn = preload._jit_function(fn)
-        if jit_fn is not None:  # its compiles are ours: not plain warm-ups (warmups.py)
-            setattr(jit_fn, warmups.TUNED, True)
+        warmups.mark_tuned(fn)
 
     # ----- key -------------------------------------------------------------------------------
 

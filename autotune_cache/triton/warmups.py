@@ -35,7 +35,9 @@ after ours replaces it (then nothing is recorded or compiled ahead).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import inspect
 import logging
 import os
 import sys
@@ -60,6 +62,15 @@ log = logging.getLogger(__name__)
 TUNED = "_autotune_cache_tuned"
 # How many frames up a compile is looked at for a Triton autotuner's benchmark.
 _FRAMES = 40
+
+
+def mark_tuned(kernel: Any) -> None:
+    """Mark the JIT function under a tuner of ours (and each wrapper between): its compiles are
+    that tuner's candidates and winners, recorded with its entries, never as warm-ups."""
+    while kernel is not None and not inspect.isfunction(kernel):
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(kernel, TUNED, True)
+        kernel = getattr(kernel, "fn", None)
 
 
 @dataclass
