@@ -142,14 +142,14 @@ def test_resolving_names_never_imports(monkeypatch):
     assert warmups._resolve("tests.triton.kernels.not_defined_yet") is warmups._UNKNOWN
 
 
-def test_show_names_warmups_as_such(use_cache, tmp_path, capsys):
-    """`autotune-cache show` labels a warm-up entry instead of printing an empty config."""
+def test_inspect_names_warmups_as_such(use_cache, tmp_path, capsys):
+    """`autotune-cache inspect` labels a warm-up entry instead of printing an empty config."""
     dump = tmp_path / "dump.textproto"
     use_cache(dump_to=dump)
     _compile_event(kernels.add_kernel, _spec([]))
     get_cache().finish_dump()
     capsys.readouterr()
-    assert cli_main(["show", str(dump)]) == 0
+    assert cli_main(["inspect", str(dump)]) == 0
     assert WARMUP_LABEL in capsys.readouterr().out
 
 
