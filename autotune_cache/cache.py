@@ -448,11 +448,6 @@ def configure(settings: Settings | None = None) -> Cache:
         return _install(settings if settings is not None else settings_from_env())
 
 
-def current() -> Cache | None:
-    """The process-wide cache if one is configured yet, without configuring one."""
-    return _cache
-
-
 def get_cache() -> Cache:
     """The process-wide cache, configured from AUTOTUNE_FLAGS on first use."""
     cache = _cache

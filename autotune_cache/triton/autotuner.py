@@ -293,8 +293,11 @@ class Autotuner(_TritonAutotuner):
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
         if self._preloads is None:  # once per tuner, at its first launch of a new problem
-            self._preloads = {} if interpreter_active() else preload.first_launch(self, key,
-                                                                                  cache)
+            if interpreter_active():
+                self._preloads = {}
+            else:
+                self._preloads = preload.first_launch(self, key, cache)
+                warmups.start(cache)  # plain @triton.jit specializations, if loaded
         tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
         # Entries from shared tiers are untrusted: a winner that is not one of these candidates
         # is a damaged entry (a miss), never launched.

@@ -187,11 +187,7 @@ def first_launch(tuner: Autotuner, key: CacheKey, cache: Cache) -> dict[str, Pre
         if not ahead.tuners_started:
             ahead.tuners_started = True
             _start_others(ahead, [t for _, t in sorted(_tuners.items()) if t is not tuner])
-    # Outside the lock: the warm-ups take their own lock first, then this one.
-    from autotune_cache.triton import warmups
-
-    warmups.start(cache)
-    return own
+        return own
 
 
 def _ahead_for(cache: Cache, device: Device, toolchain: Any) -> _Ahead:

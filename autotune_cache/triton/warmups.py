@@ -39,7 +39,6 @@ import contextlib
 import hashlib
 import inspect
 import logging
-import os
 import sys
 import threading
 import weakref
@@ -136,7 +135,7 @@ def _on_compile(kw: dict[str, Any]) -> None:
     if jit_fn is None or not spec or preload.in_preload():
         return
     state = _current()
-    if state is None or state.mode == "off":
+    if state.mode == "off":
         return
     if state.mode == "record":
         _record(state, jit_fn, portable_specialization(spec))
@@ -150,20 +149,17 @@ def _on_compile(kw: dict[str, Any]) -> None:
 def start(cache: Cache) -> None:
     """The first autotuned launch: start the loaded warm-ups too, if `cache` loads files."""
     state = _current(cache)
-    if state is not None and state.mode == "load":
+    if state.mode == "load":
         _scan(state)
 
 
-def _current(cache: Cache | None = None) -> _Process | None:
-    """This process's warm-up state for the process cache (`cache`, else the one configured;
-    None when no cache is configured and AUTOTUNE_FLAGS sets nothing)."""
+def _current(cache: Cache | None = None) -> _Process:
+    """This process's warm-up state for the process cache (`cache`, else the process cache)."""
     global _process
     if cache is None:
-        cache = cache_module.current()
-        if cache is None:
-            if not os.environ.get("AUTOTUNE_FLAGS", "").strip():
-                return None
-            cache = cache_module.get_cache()
+        # The one the first autotuned launch would configure (from the flags in the
+        # environment); with none set, a cache that neither dumps nor loads.
+        cache = cache_module.get_cache()
     with _lock:
         if _process is None or _process.cache is not cache:
             settings = cache.settings
@@ -224,15 +220,13 @@ def _under_triton_autotuner() -> bool:
         from triton.runtime.autotuner import Autotuner as TritonAutotuner
     except ImportError:
         return False
-    from autotune_cache.triton.autotuner import Autotuner
-
     frame = sys._getframe(2)
     for _ in range(_FRAMES):
         if frame is None:
             return False
         owner = frame.f_locals.get("self")
-        if isinstance(owner, TritonAutotuner) and not isinstance(owner, Autotuner):
-            return True
+        if isinstance(owner, TritonAutotuner) and not getattr(owner.fn, TUNED, False):
+            return True  # ours subclass Triton's, and their kernels are marked
         frame = frame.f_back
     return False
 

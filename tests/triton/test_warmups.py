@@ -124,7 +124,7 @@ def test_a_process_that_loads_nothing_leaves_compiles_alone(use_cache, monkeypat
     use_cache()
     _compile_event(kernels.add_kernel, _spec([]))
     state = warmups._current()
-    assert state is not None and state.mode == "off" and not state.started
+    assert state.mode == "off" and not state.started
     assert get_cache().stats.warmups_recorded == 0
 
 
