@@ -23,6 +23,12 @@ from autotune_cache.triton.compile import portable_specialization
 from tests.triton import kernels
 
 ROOT = Path(__file__).resolve().parents[2]
+PLAIN = "tests.triton.test_warmups.plain_kernel"
+
+
+@triton.jit
+def plain_kernel(x_ptr):  # launched plainly only: no test wraps it in a tuner
+    pass
 
 
 def _worker(phase: str, results: Path, cache_dir: Path, **extra: str) -> dict:
@@ -99,8 +105,8 @@ def test_warmups_go_to_the_dump_only(use_cache, tmp_path):
     dump = tmp_path / "dump.textproto"
     use_cache(dump_to=dump, cache_dir=tmp_path / "shared")
     spec = _spec([])
-    _compile_event(kernels.add_kernel, spec)
-    _compile_event(kernels.add_kernel, spec)
+    _compile_event(plain_kernel, spec)
+    _compile_event(plain_kernel, spec)
 
     @triton.jit
     def local_kernel(x_ptr):
@@ -112,7 +118,7 @@ def test_warmups_go_to_the_dump_only(use_cache, tmp_path):
     assert get_cache().finish_dump() == 1
     (entry,) = load_results(dump)
     key = CacheKey.from_proto(entry.key)
-    assert is_warmup(key) and key.kernel == "tests.triton.kernels.add_kernel"
+    assert is_warmup(key) and key.kernel == PLAIN
     assert entry.result.triton_specialization == spec
     assert not any(p.is_file() for p in (tmp_path / "shared").rglob("*"))
     assert get_cache().stats.warmups_recorded == 1
@@ -122,7 +128,7 @@ def test_warmups_go_to_the_dump_only(use_cache, tmp_path):
 def test_a_process_that_loads_nothing_leaves_compiles_alone(use_cache, monkeypatch):
     """No dump and no loaded file: the hook records nothing and starts nothing."""
     use_cache()
-    _compile_event(kernels.add_kernel, _spec([]))
+    _compile_event(plain_kernel, _spec([]))
     state = warmups._current()
     assert state.mode == "off" and not state.started
     assert get_cache().stats.warmups_recorded == 0
@@ -146,7 +152,7 @@ def test_inspect_names_warmups_as_such(use_cache, tmp_path, capsys):
     """`autotune-cache inspect` labels a warm-up entry instead of printing an empty config."""
     dump = tmp_path / "dump.textproto"
     use_cache(dump_to=dump)
-    _compile_event(kernels.add_kernel, _spec([]))
+    _compile_event(plain_kernel, _spec([]))
     get_cache().finish_dump()
     capsys.readouterr()
     assert cli_main(["inspect", str(dump)]) == 0
