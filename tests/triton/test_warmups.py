@@ -32,7 +32,9 @@ def plain_kernel(x_ptr):  # launched plainly only: no test wraps it in a tuner
 
 
 def _worker(phase: str, results: Path, cache_dir: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # Nothing of Triton's or ours that another test left in this process's environment
+    # (a remote compile cache's variables, say) reaches the child.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
     env.update(TRITON_CACHE_DIR=str(cache_dir), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                **extra)
