@@ -136,7 +136,7 @@ def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int],
     def now(i: int) -> None:
         current[0] = i
 
-    knobs = _runtime_knobs()
+    knobs = runtime_knobs()
     if knobs is None:
         yield now
         return
@@ -182,7 +182,7 @@ def portable_specialization(data: str) -> str:
     return json.dumps(obj)
 
 
-def _runtime_knobs() -> Any:
+def runtime_knobs() -> Any:
     """triton.knobs.runtime, or None on a Triton without it."""
     try:
         from triton import knobs

@@ -211,23 +211,11 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey) -> int:
     offset; the number queued. Starts the compile-ahead for `cache` if it has not started."""
     with _lock:
         ahead = _ahead_for(cache, like.device, like.toolchain)
-        if ahead.compiles_left <= 0:
+        cost = _fits(ahead, like.kernel)
+        if cost is None:
             return 0
-        entries, unparsed = cache.loaded_cost(like.kernel)
-        if not entries or entries > min(PRELOAD_SCAN_LIMIT, ahead.entries_left) \
-                or unparsed > min(PRELOAD_SCAN_BYTES, ahead.bytes_left):
-            return 0
-        ahead.entries_left -= entries
-        ahead.bytes_left -= unparsed
-        wanted = _winners(cache, like, entries, unparsed)
-        _, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left))
-        ahead.compiles_left -= len(new)
-        worker = env.xdist_worker()
-        if worker is not None and new:
-            offset = len(new) * worker[0] // worker[1]
-            new = new[offset:] + new[:offset]
-        for preload in new:
-            _queue(ahead, preload)
+        _, new = _take(ahead, jit_fn, like, *cost)
+        _queue_rotated(ahead, new)
         return len(new)
 
 
@@ -320,21 +308,38 @@ def _scan_ahead(ahead: _Ahead, tuner: Autotuner) -> tuple[dict[str, Preload], li
     entries or does not fit."""
     jit_fn = _jit_function(tuner.fn)
     name = tuner.kernel_name
-    if jit_fn is None or ahead.compiles_left <= 0:
-        return {}, []
-    entries, unparsed = ahead.cache.loaded_cost(name)
-    if not entries or entries > min(PRELOAD_SCAN_LIMIT, ahead.entries_left) \
-            or unparsed > min(PRELOAD_SCAN_BYTES, ahead.bytes_left):
+    cost = None if jit_fn is None else _fits(ahead, name)
+    if cost is None:
         return {}, []
     try:
         fingerprint = tuner._source_fingerprint or tuner.fresh_source_fingerprint()
     except Exception as e:  # noqa: BLE001 - the launch computes (and reports) its own
         log.debug("autotune_cache: no preload of %s: %s", name, failure_reason(e))
         return {}, []
-    ahead.entries_left -= entries
-    ahead.bytes_left -= unparsed
     like = CacheKey(kernel=name, source_fingerprint=fingerprint, configs_fingerprint="",
                     problem={}, device=ahead.device, toolchain=ahead.toolchain)
+    return _take(ahead, jit_fn, like, *cost)
+
+
+def _fits(ahead: _Ahead, name: str) -> tuple[int, int] | None:
+    """(entries, unparsed bytes) of `name`'s loaded entries when scanning them fits the
+    one-kernel caps and what is left of the compile-ahead's, else None (none loaded, or no
+    compile left)."""
+    if ahead.compiles_left <= 0:
+        return None
+    entries, unparsed = ahead.cache.loaded_cost(name)
+    if not entries or entries > min(PRELOAD_SCAN_LIMIT, ahead.entries_left) \
+            or unparsed > min(PRELOAD_SCAN_BYTES, ahead.bytes_left):
+        return None
+    return entries, unparsed
+
+
+def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: int
+          ) -> tuple[dict[str, Preload], list[Preload]]:
+    """Scan the loaded entries matching `like` (which `_fits` measured) into preloads of
+    `jit_fn`, charging the compile-ahead's caps: {digest: Preload}, and those new (to queue)."""
+    ahead.entries_left -= entries
+    ahead.bytes_left -= unparsed
     wanted = _winners(ahead.cache, like, entries, unparsed)
     preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left))
     ahead.compiles_left -= len(new)
@@ -352,12 +357,7 @@ def _start_others(ahead: _Ahead, tuners: list[Autotuner]) -> None:
             if started:
                 tuner._preloads = started
             new += added
-    worker = env.xdist_worker()
-    if worker is not None and new:
-        offset = len(new) * worker[0] // worker[1]
-        new = new[offset:] + new[:offset]
-    for preload in new:
-        _queue(ahead, preload)
+    _queue_rotated(ahead, new)
     if new:
         log.debug("autotune_cache: compiling %d loaded winners of %d kernels ahead", len(new),
                   sum(1 for t in tuners if t._preloads))
@@ -386,6 +386,17 @@ def _new_pool(cache: Cache) -> ThreadPoolExecutor:
 def _drop_queued() -> None:
     for pool in list(_pools):
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _queue_rotated(ahead: _Ahead, new: list[Preload]) -> None:
+    """Queue `new` in order, a pytest-xdist worker from its own offset into the list (the
+    workers share TRITON_CACHE_DIR: each compiles different ones first)."""
+    worker = env.xdist_worker()
+    if worker is not None and new:
+        offset = len(new) * worker[0] // worker[1]
+        new = new[offset:] + new[:offset]
+    for preload in new:
+        _queue(ahead, preload)
 
 
 def _queue(ahead: _Ahead, preload: Preload) -> None:

@@ -50,7 +50,11 @@ from autotune_cache.cache import Cache
 from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import preload
-from autotune_cache.triton.compile import failure_reason, portable_specialization
+from autotune_cache.triton.compile import (
+    failure_reason,
+    portable_specialization,
+    runtime_knobs,
+)
 from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import source_fingerprint
 
@@ -102,21 +106,12 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        knobs = _runtime_knobs()
+        knobs = runtime_knobs()
         if knobs is None:
             return
         _previous = knobs.jit_cache_hook
         knobs.jit_cache_hook = _hook
         _installed = True
-
-
-def _runtime_knobs() -> Any:
-    try:
-        from triton import knobs
-    except ImportError:
-        return None
-    runtime = getattr(knobs, "runtime", None)
-    return runtime if runtime is not None and hasattr(runtime, "jit_cache_hook") else None
 
 
 def _hook(*args: Any, **kw: Any) -> Any:
