@@ -43,6 +43,8 @@ from autotune_cache.tiers.memory import THIS_PROCESS
 
 # add_listener's callback: (key, the hit or None, the strict-mode error or None).
 LookupListener = Callable[[CacheKey, "pb.Entry | None", "MissingResultError | None"], None]
+# resolve_or_defer's `defer`: offered the rest of the protocol on a miss; True = taken over.
+Defer = Callable[[Callable[[], Resolved]], bool]
 
 log = logging.getLogger("autotune_cache")
 
@@ -93,6 +95,7 @@ class Cache:
         self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
         self._listeners: list[LookupListener] = []
+        self._finishers: list[Callable[[], None]] = []
         if self.settings.dump_merge and self.settings.dump_to is None:
             raise FlagError(
                 "--autotune_dump_merge keeps a dump file's earlier entries, but no dump is "
@@ -302,6 +305,19 @@ class Cache:
            the earlier on a tie) is recorded in every writable tier and the dump, still under
            the lock, and returned with its index.
         The lock is released on every path; an exception from `tune` records nothing."""
+        resolved = self.resolve_or_defer(key, candidates, tune, timing_method=timing_method,
+                                         never_reuse=never_reuse, defer=None)
+        assert resolved is not None  # nothing defers without `defer`
+        return resolved
+
+    def resolve_or_defer(self, key: CacheKey, candidates: Sequence[pb.Config], tune: Tune, *,
+                         timing_method: str, never_reuse: Collection[int] = (),
+                         defer: Defer | None) -> Resolved | None:
+        """resolve(), except that on a miss (step 1 found nothing and did not raise) `defer`, when
+        given, is offered steps 2-4 as a callable: when `defer(finish)` returns True the caller
+        has taken them over (it calls `finish()` later, e.g. before the dump's final write, see
+        before_final_dump) and this returns None. Backends use it to tune at the end of a dump
+        run (triton/deferred.py); the protocol itself is the same either way."""
         candidates = tuple(candidates)
         if not candidates:
             raise ValueError(f"autotune_cache: resolve() for {key.describe()} got no candidate "
@@ -310,13 +326,20 @@ class Cache:
         entry = self.lookup(key, candidates)
         if entry is not None:
             return Resolved(entry)
-        # `shared`: the lock is held on the cache directory or the remote server, so a peer that
-        # held it before may have recorded the key; refresh() re-reads those tiers.
-        with self.tune_lock(key) as shared:
-            entry = self.refresh(key, candidates) if shared else None
-            if entry is not None:
-                return Resolved(entry)
-            return self._tune(key, candidates, tune, timing_method, never_reuse)
+
+        def finish() -> Resolved:
+            # `shared`: the lock is held on the cache directory or the remote server, so a peer
+            # that held it before may have recorded the key; refresh() re-reads those tiers.
+            with self.tune_lock(key) as shared:
+                found = self.refresh(key, candidates) if shared else None
+                if found is not None:
+                    return Resolved(found)
+                return self._tune(key, candidates, tune, timing_method, never_reuse)
+
+        if defer is not None and defer(finish):
+            self.stats.tuning_deferred()
+            return None
+        return finish()
 
     def _tune(self, key: CacheKey, candidates: tuple[pb.Config, ...], tune: Tune,
               timing_method: str, never_reuse: Collection[int]) -> Resolved:
@@ -381,9 +404,34 @@ class Cache:
                 self._dump.write(self._used.values())
                 self._dump_dirty = False
 
+    def before_final_dump(self, finisher: Callable[[], None]) -> None:
+        """Run `finisher` once, right before the dump's final write (finish_dump: pytest's
+        session end, or process exit), in the order registered; registering it again is a
+        no-op. It may still record entries: the deferred tunings of a dump run do."""
+        with self._lock:
+            if finisher not in self._finishers:
+                self._finishers.append(finisher)
+
+    def _run_finishers(self) -> None:
+        """Run (and forget) the registered finishers. Every one runs even when one fails; the
+        first failure is raised afterwards, so what the others record is still dumped."""
+        with self._lock:
+            finishers, self._finishers = self._finishers, []
+        failure: BaseException | None = None
+        for finisher in finishers:
+            try:
+                finisher()
+            except Exception as e:  # noqa: BLE001 - raised below, after the others ran
+                failure = failure or e
+        if failure is not None:
+            self.flush_dump()  # what the others recorded is kept
+            raise failure
+
     def finish_dump(self) -> int:
-        """The dump's last write (an empty run's dump is still written); the number of entries
-        the dump holds. Later lookups are not dumped."""
+        """The dump's last write (an empty run's dump is still written), after the finishers
+        (before_final_dump); the number of entries the dump holds. Later lookups are not
+        dumped."""
+        self._run_finishers()
         with self._lock:
             if self._dump is None:
                 return 0

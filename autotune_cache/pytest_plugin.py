@@ -343,7 +343,7 @@ class MissRecorder:
 # ----- summaries ---------------------------------------------------------------------------------
 
 _COUNTERS = ("hits", "misses", "stale", "candidates_changed", "tuned", "peer_results",
-             "benchmarks", "tuning_seconds", "saved_seconds")
+             "benchmarks", "tuning_seconds", "saved_seconds", "deferred")
 
 
 def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -366,6 +366,9 @@ def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]
             "tuning")
     if stats["tuned"]:
         line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
+    if stats["deferred"]:
+        line += (f" ({int(stats['deferred'])} of them at the end of the run, provisional configs "
+                 "launched meanwhile)")
     if stats["peer_results"]:
         line += f", {int(stats['peer_results'])} tuned by another process while this one waited"
     if workers:

@@ -32,6 +32,9 @@ class Stats:
     # ones queued to compile ahead of their launches.
     warmups_recorded: int = 0
     warmups_ahead: int = 0
+    # Misses whose tuning a dump run moved to its end (triton/deferred.py); each is counted in
+    # `tuned` too once it is done.
+    deferred: int = 0
     # Kernels this cache looked results up for, and autotuned kernels that did not reach it
     # (decorated by triton.autotune before autotune_cache.triton.install(); docs/triton.md).
     kernels_served: set[str] = field(default_factory=set)
@@ -82,6 +85,10 @@ class Stats:
             self.tuning_seconds += seconds
             self.benchmarks += benchmarks
 
+    def tuning_deferred(self) -> None:
+        with self._lock:
+            self.deferred += 1
+
     def warmup_recorded(self) -> None:
         with self._lock:
             self.warmups_recorded += 1
@@ -104,6 +111,9 @@ class Stats:
             line += f", {self.peer_results} tuned by another process while this one waited"
         if self.tuned:
             line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
+        if self.deferred:
+            line += (f" ({self.deferred} of them at the end of the run, provisional configs "
+                     "launched meanwhile)")
         if self.warmups_recorded:
             line += (f", recorded {self.warmups_recorded} plain @triton.jit specialization(s) "
                      "to compile ahead")
