@@ -114,7 +114,8 @@ def failure_reason(error: BaseException) -> str:
     return reason
 
 
-def _launch_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
+def candidate_kwargs(kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """The keywords that specialise `config` for a launch with `kwargs` (no grid, no warmup)."""
     call = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
     call.update(launch_kwargs(config))
     return call
@@ -236,14 +237,14 @@ class _TimedExecutor(Executor):
         self.current = -1
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        index = self.current
+        index, seconds = self.current, self.seconds  # as they are now, at submission
 
         def timed() -> Any:
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[index] = time.perf_counter() - started
+                seconds[index] = time.perf_counter() - started
 
         return self.pool.submit(timed)
 
@@ -274,7 +275,7 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
         try:
             if prepare is not None:
                 prepare(configs[i])
-            return kernel.run(*args, grid=None, warmup=True, **_launch_kwargs(kwargs, configs[i]))
+            return kernel.run(*args, grid=None, warmup=True, **candidate_kwargs(kwargs, configs[i]))
         except Exception as e:  # any hook or compile error disqualifies only this config
             compiles.failures[i] = failure_reason(e)
             return None
@@ -307,3 +308,100 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
     compiles.wall = time.perf_counter() - started
     return compiles
 
+
+
+@dataclass
+class Queued:
+    """One tuning's candidates handed to a CompileQueue: what each specialisation returned (a
+    future of the compile, a kernel compiled earlier in the process, or None), the failures of
+    those that could not even be specialised, the specialization data recorded, and each
+    compile's seconds on its pool thread (filled in as they finish)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    kernels: dict[int, Any] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+    specs: dict[int, str] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def wait(self, indices: Sequence[int]) -> Compiles:
+        """Wait for the compiles of `indices` and finish them into the JITFunction's in-memory
+        cache (so launches find them); what compile_candidates would have returned for them."""
+        compiles = Compiles(specs={i: s for i, s in self.specs.items() if i in indices})
+        for i in indices:
+            if i in self.failures:
+                compiles.failures[i] = self.failures[i]
+                continue
+            kernel = self.kernels.get(i)
+            if hasattr(kernel, "result"):
+                try:
+                    kernel.result()
+                except Exception as e:  # a compile error fails only its config
+                    compiles.failures[i] = failure_reason(e)
+            if i in self.seconds:
+                compiles.seconds[i] = self.seconds[i]
+        compiles.wall = time.perf_counter() - self.started
+        return compiles
+
+
+class CompileQueue:
+    """A process-wide compile pool that tunings hand their candidates to without waiting
+    (triton/deferred.py), so the compiles of every key of a run overlap.
+
+    One `AsyncCompileMode` lives as long as the queue: it is made current only while a tuning
+    hands its candidates over (Triton's `AsyncCompileMode` would wait for every compile when its
+    `with` block ends), and it starts one compile per distinct kernel binary however many keys
+    ask for it. None of this exists on a Triton without `AsyncCompileMode` (see available)."""
+
+    def __init__(self, workers: int) -> None:
+        import triton
+        from triton.runtime import _async_compile
+
+        self._active = _async_compile.active_mode
+        self.pool = ThreadPoolExecutor(max(1, workers),
+                                       thread_name_prefix="autotune-compile-queued")
+        self._timed = _TimedExecutor(self.pool, {})
+        self._mode = triton.AsyncCompileMode(self._timed, ignore_errors=True)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this Triton has what the queue needs (AsyncCompileMode and its context
+        variable, Triton >= 3.4)."""
+        try:
+            import triton
+            from triton.runtime import _async_compile
+        except ImportError:
+            return False
+        return (hasattr(triton, "AsyncCompileMode")
+                and hasattr(_async_compile, "active_mode"))
+
+    def add(self, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+            configs: Sequence[Any], prepare: Prepare | None = None,
+            skip: Sequence[int] = ()) -> Queued:
+        """Specialise each config of `configs` (but those in `skip`) on this thread, costliest
+        first, running `prepare(config)` right before, and queue its compile; returns at once.
+        Called from one thread at a time per queue (the lock says so)."""
+        queued = Queued()
+        order = sorted((i for i in range(len(configs)) if i not in skip),
+                       key=lambda i: -compile_cost(configs[i]))
+        with self._lock, recording_specializations(queued.specs) as now:
+            self._timed.seconds = queued.seconds
+            token = self._active.set(self._mode)
+            try:
+                for i in order:
+                    now(i)
+                    self._timed.current = i
+                    try:
+                        if prepare is not None:
+                            prepare(configs[i])
+                        queued.kernels[i] = kernel.run(*args, grid=None, warmup=True,
+                                                       **candidate_kwargs(kwargs, configs[i]))
+                    except Exception as e:  # any hook or compile error fails only this config
+                        queued.failures[i] = failure_reason(e)
+            finally:
+                self._active.reset(token)
+        return queued
+
+    def close(self) -> None:
+        """Let the running compiles end and stop the pool's threads."""
+        self.pool.shutdown(wait=True)
