@@ -357,6 +357,8 @@ PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to
     ("  inside: Triton's autotuner benchmarks", _timer("triton_autotuner_bench")),
     ("  inside: our cache lookups (Cache.lookup)", _timer("ours_lookup")),
     ("  inside: our tunings (a key's compiles and benchmarks)", _timer("ours_tuning")),
+    ("  inside: a dump run's deferred tunings, at its end (queued compiles awaited, then "
+     "benchmarks)", _timer("ours_deferred_end")),
     ("    their compiles, first start to last finish (benchmarks start after)",
      _timer("ours_compile_wall")),
     ("    each key's slowest compile, summed (no tuning ends before it)",

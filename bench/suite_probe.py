@@ -99,6 +99,8 @@ def _instrument() -> None:
     except ImportError:
         return
     _patch(KernelTuning, "__call__", "ours_tuning")
+    from autotune_cache.triton import deferred
+    _patch(deferred, "finish_all", "ours_deferred_end")
     reported = Progress.compiled
 
     def compiled(self: Any, count: int, failed: int, seconds: float,

@@ -34,6 +34,7 @@ class Settings:
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     all_kernels: bool = False
+    deferred_tuning: bool = True
 
     def __repr__(self) -> str:
         """The dataclass repr with any password in the Redis URL shown as `***`."""
@@ -230,6 +231,13 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _parse_int(f, v),
           "--autotune_compile_workers=8",
           "threads compiling candidate configs in parallel (default: CPU count)"),
+    _Flag("autotune_deferred_tuning", "deferred_tuning",
+          "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_deferred_tuning=false",
+          "in a dump run on a GPU, a miss launches a provisional candidate at once and is tuned "
+          "at the end of the run, so every key's compiles overlap (default true; `false` tunes "
+          "each miss at its launch) ([triton.md](triton.md#deferred-tuning-in-a-dump-run))"),
     _Flag("autotune_all_kernels", "all_kernels",
           "[=true|false]  route every triton.autotune through the cache (docs/triton.md)",
           lambda f, v, env: _parse_bool(f, v),

@@ -24,9 +24,9 @@ from autotune_cache.cache import get_cache
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.tuning import config_text
+from autotune_cache.store.tuning import Resolved, config_text
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import preload, remote_compile, warmups
+from autotune_cache.triton import deferred, preload, remote_compile, warmups
 from autotune_cache.triton.configs import (
     config_from_proto,
     config_to_proto,
@@ -201,7 +201,8 @@ class Autotuner(_TritonAutotuner):
             if config is None:
                 config, tuned = self._select(args, kwargs, all_args)
                 self.cache[memo] = config
-                self._notify_listener(memo, config, tuned)
+                if tuned is not None:  # a deferred tuning tells the listener when it is done
+                    self._notify_listener(memo, config, tuned)
             if config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs):
                 self._resolved[self._fast_key(args)] = (config, self.launch_kwargs_of(config),
                                                         memo)
@@ -276,9 +277,10 @@ class Autotuner(_TritonAutotuner):
         return [k.result() if hasattr(k, "result") else k for k in kernels]
 
     def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
-                all_args: Mapping[str, Any]) -> tuple[Any, bool]:
+                all_args: Mapping[str, Any]) -> tuple[Any, bool | None]:
         """The best config for this launch, from the cache tiers, another process, or tuning;
-        and whether this process tuned it.
+        and whether this process tuned it (None: a provisional config, the tuning is deferred
+        to the end of the dump run).
 
         A candidate list pruned to one config is launched as it is, with no cache and no
         benchmark, as Triton >= 3.7 does (and as a single config always is)."""
@@ -299,18 +301,39 @@ class Autotuner(_TritonAutotuner):
                 self._preloads = preload.first_launch(self, key, cache)
                 warmups.start(cache)  # plain @triton.jit specializations, if loaded
         tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
+        memo = triton_style_key(self.arg_names, self.keys, all_args)
+        provisional: list[Any] = []
+
+        def defer(finish: Callable[[], Resolved]) -> bool:
+            config = deferred.defer(cache, self, tuning, finish, args, kwargs, memo)
+            provisional.extend([] if config is None else [config])
+            return config is not None
+
         # Entries from shared tiers are untrusted: a winner that is not one of these candidates
         # is a damaged entry (a miss), never launched.
-        resolved = cache.resolve(key, [config_to_proto(c) for c in pruned], tuning,
-                                 timing_method=tuning.benchmark.method,
-                                 never_reuse=[i for i, c in enumerate(pruned) if has_extras(c)])
+        resolved = cache.resolve_or_defer(
+            key, [config_to_proto(c) for c in pruned], tuning,
+            timing_method=tuning.benchmark.method,
+            never_reuse=[i for i, c in enumerate(pruned) if has_extras(c)],
+            defer=defer if deferred.applies(cache, tuning) else None)
+        if resolved is None:  # tuned at the end of the dump run (deferred.py)
+            self.configs_timings = {}
+            return provisional[0], None
+        return self._adopt(resolved, key, tuning, kwargs)
+
+    def _adopt(self, resolved: Resolved, key: CacheKey | None, tuning: KernelTuning,
+               kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+        """The candidate that `resolved` names, with this tuner's state (last_entry,
+        configs_timings) set from it; and whether this process tuned it."""
+        pruned = tuning.configs
         entry = self.last_entry = resolved.entry
         pairs = match_candidates(entry, pruned)
         self.configs_timings = {
             config: [float("inf") if t.failure else t.time_ms] * len(bench_mod.QUANTILES)
             for config, t in pairs}
         if resolved.winner is None:
-            self._await_preload(key)
+            if key is not None:
+                self._await_preload(key)
             return self._winner(entry, pairs), False
         best = pruned[resolved.winner]
         if tuning.measured:  # as Triton does after benchmarking, with the winner's meta-parameters
@@ -319,6 +342,14 @@ class Autotuner(_TritonAutotuner):
         tuning.progress.finished(describe_config(best), entry.result.time_ms,
                                  entry.result.tuning_seconds)
         return best, True
+
+    def adopt_deferred(self, resolved: Resolved, tuning: KernelTuning, memo: tuple) -> None:
+        """Take the result of a tuning deferred to the end of the dump run (deferred.py): the
+        state a tuning at the launch would have left, and Triton's listener told. Launches of
+        this process keep the provisional config: the run is ending."""
+        best, tuned = self._adopt(resolved, None, tuning, tuning.kwargs)
+        self.best_config = best
+        self._notify_listener(memo, best, tuned)
 
     @staticmethod
     def _winner(entry: pb.Entry, pairs: Sequence[tuple[Any, pb.Timing]]) -> Any:

@@ -21,7 +21,7 @@ from autotune_cache.store.tuning import Tuned, TuneJob
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import preload
 from autotune_cache.triton.benchlock import device_bench_lock
-from autotune_cache.triton.compile import compile_candidates, failure_reason
+from autotune_cache.triton.compile import Queued, compile_candidates, failure_reason
 from autotune_cache.triton.configs import describe_config, match_text
 from autotune_cache.triton.device import device_identity, interpreter_active
 from autotune_cache.triton.problem import problem_key
@@ -67,6 +67,14 @@ class KernelTuning:
             warmup=tuner.bench_warmup, rep=tuner.bench_rep, use_cuda_graph=tuner.use_cuda_graph)
         self.progress: Progress | None = None
         self.measured = False
+        # Set by deferred.py when the tuning runs at the end of a dump run: the candidates'
+        # compiles were queued at the launch, and the arguments are a snapshot of the launch's.
+        self.queued: Queued | None = None
+
+    def use_snapshot(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Tune later, on `args` / `kwargs` (a snapshot of the launch's); deferred.py then sets
+        `queued`, the candidates' compiles, so that none is compiled when called."""
+        self.args, self.kwargs = args, kwargs
 
     def __call__(self, job: TuneJob) -> Tuned:
         check_meta_conflicts(self.configs, self.kwargs)
@@ -88,7 +96,7 @@ class KernelTuning:
                      specializations={i: known[match_text(c)] for i, c in enumerate(self.configs)
                                       if match_text(c) in known})
 
-    def _prepare(self) -> Callable[[Any], None]:
+    def prepare(self) -> Callable[[Any], None]:
         """The hooks to run before a candidate is specialised (see compile.py): the config's
         pre_hook, then a user-defined decorator-level pre_hook, as Triton runs them before each
         launch. Not the built-in reset_to_zero / restore_value hook (it cannot change how the
@@ -163,14 +171,20 @@ class KernelTuning:
         failures: dict[int, str] = {}
         specializations: dict[int, str] = {}
         if on_device:
-            compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
-                                          [configs[i] for i in todo], self.compile_workers,
-                                          prepare=self._prepare())
-            failures = {todo[j]: reason for j, reason in compiles.failures.items()}
-            specializations = {todo[j]: spec for j, spec in compiles.specs.items()}
-            slowest = compiles.slowest()
+            if self.queued is not None:  # indexed by candidate already
+                compiles = self.queued.wait(todo)
+                failures, specializations = compiles.failures, compiles.specs
+                slowest = compiles.slowest()
+            else:
+                compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
+                                              [configs[i] for i in todo], self.compile_workers,
+                                              prepare=self.prepare())
+                failures = {todo[j]: reason for j, reason in compiles.failures.items()}
+                specializations = {todo[j]: spec for j, spec in compiles.specs.items()}
+                slowest = compiles.slowest()
+                slowest = slowest and (todo[slowest[0]], slowest[1])
             progress.compiled(len(todo), len(failures), compiles.wall,
-                              slowest and (describe_config(configs[todo[slowest[0]]]), slowest[1]))
+                              slowest and (describe_config(configs[slowest[0]]), slowest[1]))
 
         problem = problem_key(tuner.arg_names, tuner.keys, {**tuner.nargs, **self.kwargs})
         timings: dict[int, pb.Timing] = {}

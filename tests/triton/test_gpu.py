@@ -38,6 +38,7 @@ def test_vector_add_tunes_on_gpu_then_reloads_without_benchmarks(tmp_path: Path)
     dump = tmp_path / "va.autotune.textproto"
     first = _run_example("vector_add", f"--dump_autotune_results_to={dump}", tmp_path / "r1")
     assert first["tuned"] == 2 and first["benchmarks"] > 0
+    assert first["deferred"] == 2  # a dump run on a GPU tunes at its end (deferred.py)
     entries = load_results(dump)
     assert len(entries) == 2
     for entry in entries:

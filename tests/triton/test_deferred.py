@@ -1,0 +1,183 @@
+"""Deferred tuning in a dump run (autotune_cache/triton/deferred.py).
+
+On the CPU interpreter nothing compiles, so deferral is off there by design; these tests turn
+its one condition on (`_compiles_to_overlap`) to drive the protocol itself: the provisional
+launch, the snapshot, the tuning at the dump's final write, and every case tuned at the launch
+instead. The compile queue runs the real sm_90 compiler in a subprocess (no GPU needed); the
+H200 run is in test_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+from autotune_cache.config.flags import parse_flags
+from autotune_cache.errors import AutotuneCacheError, MissingResultError
+from autotune_cache.formats import load_results
+from autotune_cache.triton import deferred
+from tests.triton import kernels
+from tests.triton.kernels import TABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def overlap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Deferral as on a GPU: compiles to overlap."""
+    monkeypatch.setattr(deferred, "_compiles_to_overlap", lambda tuning: True)
+    yield
+    deferred._forget()
+
+
+def _winner_block(entry) -> int:
+    return next(p.int_value for p in entry.result.config.params if p.name == "BLOCK_SIZE")
+
+
+def test_dump_run_launches_a_provisional_config_and_tunes_at_the_final_write(
+        use_cache, fake, overlap, tmp_path: Path) -> None:
+    dump = tmp_path / "regen.textproto"
+    cache = use_cache(dump_to=dump)
+    bench = fake(TABLE)
+    kernel = kernels.tuned_add()
+    out, expected = kernels.launch_add(kernel, n=64)
+    torch.testing.assert_close(out, expected)  # the provisional config computes the same
+    assert bench.calls == []  # nothing benchmarked during the test
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 16  # the cheapest to compile
+    assert (cache.stats.misses, cache.stats.deferred, cache.stats.tuned) == (1, 1, 0)
+    kernels.launch_add(kernel, n=64)  # the same key again: still provisional, still deferred
+    assert cache.stats.deferred == 1
+
+    assert cache.finish_dump() == 1
+    assert sorted(bench.calls) == [16, 32, 64, 128]
+    assert cache.stats.tuned == 1
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
+    assert _winner_block(kernel.last_entry) == 64
+    [entry] = load_results(dump)
+    assert _winner_block(entry) == 64
+    assert "at the end of the run" in cache.stats.summary_line()
+
+
+def test_the_snapshot_keeps_values_strides_and_aliasing(use_cache, fake, overlap,
+                                                        tmp_path: Path) -> None:
+    use_cache(dump_to=tmp_path / "d.textproto")
+    fake(TABLE)
+    kernel = kernels.tuned_add()
+    base = torch.arange(200, dtype=torch.float32)
+    x = base[8:72]  # a view at an offset
+    out = torch.empty(64)
+    kernel[lambda meta: (triton.cdiv(64, meta["BLOCK_SIZE"]),)](x, x, out, 64)
+    [pending] = deferred._pending
+    sx, sy, sout, n = pending.tuning.args
+    assert n == 64
+    assert torch.equal(sx, torch.arange(8, 72, dtype=torch.float32))
+    assert (sx.storage_offset(), sx.stride(), sx.size()) == (8, (1,), (64,))
+    assert sx.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    assert sx.untyped_storage().data_ptr() == sy.untyped_storage().data_ptr()  # still aliased
+    base.zero_()  # the test goes on changing its tensors: the snapshot does not follow
+    assert float(sx.sum()) == float(torch.arange(8, 72).sum())
+
+
+@pytest.mark.parametrize("settings", [{}, {"deferred_tuning": False}],
+                         ids=["no dump", "flag off"])
+def test_tuned_at_the_launch_without_a_dump_or_with_the_flag_off(
+        use_cache, fake, overlap, tmp_path: Path, settings: dict) -> None:
+    if settings:
+        settings = {**settings, "dump_to": tmp_path / "d.textproto"}
+    cache = use_cache(**settings)
+    bench = fake(TABLE)
+    kernel = kernels.tuned_add()
+    kernels.launch_add(kernel, n=64)
+    assert sorted(bench.calls) == [16, 32, 64, 128]
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
+    assert (cache.stats.deferred, cache.stats.tuned) == (0, 1)
+
+
+def test_the_flag_parses() -> None:
+    assert parse_flags("--autotune_deferred_tuning=false").deferred_tuning is False
+    assert parse_flags("").deferred_tuning is True
+
+
+def test_not_deferred_without_a_device_to_compile_for(use_cache, fake, tmp_path: Path) -> None:
+    cache = use_cache(dump_to=tmp_path / "d.textproto")
+    bench = fake(TABLE)
+    kernels.launch_add(kernels.tuned_add(), n=64)  # the interpreter: nothing to overlap
+    assert (cache.stats.deferred, len(bench.calls)) == (0, 4)
+
+
+def test_an_argument_that_cannot_be_snapshotted_is_tuned_at_the_launch(
+        use_cache, fake, overlap, tmp_path: Path) -> None:
+    cache = use_cache(dump_to=tmp_path / "d.textproto")
+    bench = fake(TABLE)
+    kernel = kernels.tuned_add()
+    tuning = type("T", (), {"configs": kernel.configs})()
+    assert deferred.defer(cache, kernel, tuning, lambda: None, (object(),), {}, ()) is None
+    kernels.launch_add(kernel, n=64)
+    assert cache.stats.deferred == 1 and not bench.calls  # the tensors' launch is deferred
+
+
+def test_past_the_memory_budget_keys_are_tuned_at_the_launch(
+        use_cache, fake, overlap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dump = tmp_path / "d.textproto"
+    cache = use_cache(dump_to=dump)
+    bench = fake(TABLE)
+    monkeypatch.setattr(deferred, "MAX_SNAPSHOT_BYTES", 3 * 64 * 4)  # one key's three tensors
+    kernel = kernels.tuned_add()
+    kernels.launch_add(kernel, n=64)
+    kernels.launch_add(kernel, n=48)
+    assert (cache.stats.deferred, cache.stats.tuned, len(bench.calls)) == (1, 1, 4)
+    assert cache.finish_dump() == 2
+    assert deferred._held_bytes == 0  # released at the end
+
+
+def test_require_complete_still_fails_the_launch(use_cache, fake, overlap,
+                                                 tmp_path: Path) -> None:
+    use_cache(dump_to=tmp_path / "d.textproto", require_complete=True)
+    fake(TABLE)
+    with pytest.raises(MissingResultError):
+        kernels.launch_add(kernels.tuned_add(), n=64)
+    assert deferred._pending == []
+
+
+def test_a_key_failing_at_the_end_is_named_and_the_others_are_recorded(
+        use_cache, fake, overlap, tmp_path: Path) -> None:
+    dump = tmp_path / "d.textproto"
+    cache = use_cache(dump_to=dump)
+    fake(TABLE, fail={16: "boom", 32: "boom", 64: "boom", 128: "boom"})
+    broken = kernels.tuned_add()
+    kernels.launch_add(broken, n=64)
+    fine = kernels.tuned_add(blocks=(16, 32))
+    fake({16: 2.0, 32: 1.0})
+    kernels.launch_add(fine, n=80)
+    fake(TABLE, fail={16: "boom", 32: "boom", 64: "boom", 128: "boom"})
+    with pytest.raises(AutotuneCacheError) as err:
+        cache.finish_dump()
+    message = str(err.value)
+    assert "add_kernel" in message and "--autotune_deferred_tuning=false" in message
+    assert "1 key(s)" in message
+    assert len(load_results(dump)) == 1  # the key that could be tuned is in the dump
+
+
+@pytest.mark.slow
+def test_the_compile_queue_overlaps_keys_and_compiles_each_binary_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.deferred_queue_worker"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["done_at_return"] == 0  # add() queued, it did not wait
+    assert out["first_failures"] == out["second_failures"] == [1]  # BLOCK_SIZE=24
+    assert out["first_timed"] == [1, 2, 3]  # the skipped candidate 0 was not queued
+    assert out["second_timed"] == [0]  # 1-3 were the first key's binaries: not compiled again
+    assert out["second_specs"] == [0, 1, 2, 3]
+    assert out["jit_cache_size"] == 3
