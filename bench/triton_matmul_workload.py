@@ -155,8 +155,9 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def run_shape(kernel, m: int, n: int, k: int) -> dict:
-    """First call (tunes unless cached) and second call of one shape, timed on the host."""
+def first_call(kernel, m: int, n: int, k: int) -> tuple:
+    """The first call of one shape (tunes unless cached; a dump run of ours defers the tuning),
+    timed on the host; what second_call needs."""
     gen = torch.Generator(device=DEVICE).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=DEVICE, generator=gen).to(torch.float16)
     b = torch.randn(k, n, device=DEVICE, generator=gen).to(torch.float16)
@@ -170,11 +171,16 @@ def run_shape(kernel, m: int, n: int, k: int) -> dict:
     sync()
     first = time.perf_counter() - t
     err = (c.float() - a.float() @ b.float()).abs().max().item()
+    return (m, n, k), grid, args, first, err
+
+
+def second_call(kernel, shape: tuple, grid, args: tuple, first: float, err: float) -> dict:
+    """The second call of one shape, after every shape's first call, and the config it ran."""
     t = time.perf_counter()
     kernel[grid](*args)
     sync()
     second = time.perf_counter() - t
-    return {"shape": [m, n, k], "first_call_s": round(first, 3),
+    return {"shape": list(shape), "first_call_s": round(first, 3),
             "second_call_ms": round(second * 1e3, 3), "max_err": round(err, 4),
             "best": str(kernel.best_config)}
 
@@ -194,8 +200,14 @@ def main() -> int:
     kernel = None
     try:
         kernel = build(args.tuner, args.extra_configs, args.results)
-        for shape in SHAPES:
-            out["shapes"].append(run_shape(kernel, *shape))
+        firsts = [first_call(kernel, *shape) for shape in SHAPES]
+        if args.tuner == "ours":
+            # A dump run defers its tunings to its end (docs/triton.md): do them here, inside
+            # the timed workload, so the second calls launch the winners.
+            from autotune_cache.triton import tune_deferred
+
+            tune_deferred()
+        out["shapes"] = [second_call(kernel, *call) for call in firsts]
     except Exception as e:  # reported, e.g. triton.autotune under the interpreter
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     out["workload_s"] = round(time.perf_counter() - started, 3)

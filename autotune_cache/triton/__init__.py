@@ -13,6 +13,7 @@ from autotune_cache.triton.autotuner import (
     autotune,
 )
 from autotune_cache.triton.bench import fake_benchmark, set_fake_benchmark
+from autotune_cache.triton.deferred import finish_all as tune_deferred
 from autotune_cache.triton.device import INTERPRETER_DEVICE, current_device, interpreter_active
 from autotune_cache.triton.routing import (
     UnroutedKernelsWarning,
@@ -41,5 +42,6 @@ __all__ = [
     "interpreter_active",
     "is_installed",
     "set_fake_benchmark",
+    "tune_deferred",
     "uninstall",
 ]

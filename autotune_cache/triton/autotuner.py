@@ -121,6 +121,9 @@ class Autotuner(_TritonAutotuner):
         # Background compiles of loaded winners, by key digest (see preload.py); None until
         # they are started (at this kernel's first launch, or ahead of it).
         self._preloads: dict[str, preload.Preload] | None = None
+        # Triton-style memos launched with a provisional config while their tuning is deferred
+        # to the end of the dump run (deferred.py); they stay off the hit path.
+        self._provisional: set[tuple] = set()
         self._source_fingerprint: str | None = None
         # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
         # kernel's), so an edit to the file after import is not mistaken for the running code.
@@ -201,9 +204,14 @@ class Autotuner(_TritonAutotuner):
             if config is None:
                 config, tuned = self._select(args, kwargs, all_args)
                 self.cache[memo] = config
-                if tuned is not None:  # a deferred tuning tells the listener when it is done
+                if tuned is None:  # provisional; the listener is told when the tuning is done
+                    self._provisional.add(memo)
+                else:
                     self._notify_listener(memo, config, tuned)
-            if config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs):
+            elif memo in self._provisional:  # a key launched often is tuned now (deferred.py)
+                config = deferred.launched_again(self, memo) or config
+            if (config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs)
+                    and memo not in self._provisional):
                 self._resolved[self._fast_key(args)] = (config, self.launch_kwargs_of(config),
                                                         memo)
         else:
@@ -345,10 +353,12 @@ class Autotuner(_TritonAutotuner):
 
     def adopt_deferred(self, resolved: Resolved, tuning: KernelTuning, memo: tuple) -> None:
         """Take the result of a tuning deferred to the end of the dump run (deferred.py): the
-        state a tuning at the launch would have left, and Triton's listener told. Launches of
-        this process keep the provisional config: the run is ending."""
+        state a tuning at the launch would have left, the winner launched from now on, and
+        Triton's listener told."""
         best, tuned = self._adopt(resolved, None, tuning, tuning.kwargs)
         self.best_config = best
+        self.cache[memo] = best  # later launches of the key (if any) launch the winner
+        self._provisional.discard(memo)
         self._notify_listener(memo, best, tuned)
 
     @staticmethod

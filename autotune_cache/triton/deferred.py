@@ -21,6 +21,9 @@ tuning protocol to `defer`):
    compile is awaited, then each deferred key runs the ordinary protocol (lock, re-read of the
    shared tiers, timing reuse, benchmarks under the device lock, recording) on its snapshot, with
    the GPU otherwise idle. Nothing else differs in the entry: the same benchmarks pick the winner.
+   `autotune_cache.triton.tune_deferred()` does the same at a point the program chooses (a
+   workload that times its tuning), and a key launched HOT_LAUNCHES times is tuned at that
+   launch (a dump run that is a long workload must not run a provisional config for long).
 
 Not deferred (tuned at the launch, as before): a run that does not dump, the flag
 --autotune_deferred_tuning=false, the interpreter or an injected fake benchmark (nothing compiles,
@@ -66,6 +69,10 @@ log = logging.getLogger(__name__)
 # is tuned at its launch.
 MAX_SNAPSHOT_BYTES = 4 << 30
 FREE_MEMORY_SHARE = 0.25
+# A deferred key launched this often is tuned at that launch: a dump run that is a long
+# workload (a training loop, a benchmark) must not run a provisional config for long. A test
+# launches a key a few times.
+HOT_LAUNCHES = 32
 
 
 @dataclass
@@ -79,6 +86,7 @@ class _Pending:
     configs: Sequence[Any]
     memo: tuple
     nbytes: int
+    launches: int = 1
 
 
 _lock = threading.Lock()
@@ -142,10 +150,37 @@ def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable
     return provisional
 
 
+def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
+    """Count another launch of a deferred key; at HOT_LAUNCHES, tune it now (waiting for its
+    queued compiles) and return the winner; otherwise None (the provisional config stays)."""
+    global _held_bytes
+    with _lock:
+        found = next((p for p in _pending if p.tuner is tuner and p.memo == memo), None)
+        if found is None:
+            return None
+        found.launches += 1
+        if found.launches < HOT_LAUNCHES:
+            return None
+        _pending.remove(found)
+    try:
+        assert found.tuning.queued is not None
+        found.tuning.queued.wait(range(len(found.configs)))
+        with arguments_of(tuner, found.tuning.args):
+            resolved = found.finish()
+            tuner.adopt_deferred(resolved, found.tuning, memo)
+    finally:
+        with _lock:
+            _held_bytes -= found.nbytes
+    log.info("autotune_cache: %s was launched %d times with a provisional config; tuned it "
+             "now instead of at the end of the run", tuner.kernel_name, HOT_LAUNCHES)
+    return tuner.best_config
+
+
 def finish_all() -> None:
-    """Tune every deferred key (Cache.before_final_dump calls this once per dump): wait for all
-    their compiles, then run each key's protocol on its snapshot. A key that fails is named in
-    the error raised after the others are recorded."""
+    """Tune every deferred key now (Cache.before_final_dump calls this before the dump's final
+    write; `autotune_cache.triton.tune_deferred` is this): wait for all their compiles, then run
+    each key's protocol on its snapshot; later launches of those keys launch their winners. A
+    key that fails is named in the error raised after the others are recorded."""
     global _held_bytes, _queue
     with _lock:
         pending, _pending[:] = list(_pending), []

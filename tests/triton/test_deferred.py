@@ -181,3 +181,39 @@ def test_the_compile_queue_overlaps_keys_and_compiles_each_binary_once(tmp_path:
     assert out["second_timed"] == [0]  # 1-3 were the first key's binaries: not compiled again
     assert out["second_specs"] == [0, 1, 2, 3]
     assert out["jit_cache_size"] == 3
+
+
+def test_a_key_launched_often_is_tuned_at_that_launch(use_cache, fake, overlap, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = use_cache(dump_to=tmp_path / "d.textproto")
+    bench = fake(TABLE)
+    monkeypatch.setattr(deferred, "HOT_LAUNCHES", 3)
+    kernel = kernels.tuned_add()
+    kernels.launch_add(kernel, n=64)
+    kernels.launch_add(kernel, n=64)
+    assert bench.calls == [] and kernel.best_config.kwargs["BLOCK_SIZE"] == 16
+    out, expected = kernels.launch_add(kernel, n=64)  # the third launch tunes, then launches
+    torch.testing.assert_close(out, expected)
+    assert sorted(bench.calls) == [16, 32, 64, 128]
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
+    assert (cache.stats.tuned, deferred._pending, deferred._held_bytes) == (1, [], 0)
+    kernels.launch_add(kernel, n=64)  # the winner from now on, on the hit path
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64 and len(bench.calls) == 4
+    assert cache.finish_dump() == 1
+
+
+def test_tune_deferred_tunes_at_a_point_the_program_chooses(use_cache, fake, overlap,
+                                                            tmp_path: Path) -> None:
+    from autotune_cache.triton import tune_deferred
+
+    dump = tmp_path / "d.textproto"
+    cache = use_cache(dump_to=dump)
+    bench = fake(TABLE)
+    kernel = kernels.tuned_add()
+    kernels.launch_add(kernel, n=64)
+    tune_deferred()
+    assert len(bench.calls) == 4 and cache.stats.tuned == 1
+    kernels.launch_add(kernel, n=64)
+    assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
+    assert cache.finish_dump() == 1 and len(bench.calls) == 4
+    assert _winner_block(load_results(dump)[0]) == 64
