@@ -179,7 +179,10 @@ def test_the_compile_queue_overlaps_keys_and_compiles_each_binary_once(tmp_path:
     assert out["first_failures"] == out["second_failures"] == [1]  # BLOCK_SIZE=24
     assert out["first_timed"] == [1, 2, 3]  # the skipped candidate 0 was not queued
     assert out["second_timed"] == [0]  # 1-3 were the first key's binaries: not compiled again
-    assert out["second_specs"] == [0, 1, 2, 3]
+    # Each binary's specialization data is recorded once at least: Triton 3.6 calls the compile
+    # hook again for the second key's queued binaries, Triton 3.9 finds them in its JIT cache.
+    assert 0 in out["second_specs"]
+    assert set(out["first_specs"]) | set(out["second_specs"]) == {0, 1, 2, 3}
     assert out["jit_cache_size"] == 3
 
 
