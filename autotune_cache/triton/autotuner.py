@@ -313,8 +313,9 @@ class Autotuner(_TritonAutotuner):
         provisional: list[Any] = []
 
         def defer(finish: Callable[[], Resolved]) -> bool:
-            config = deferred.defer(cache, self, tuning, finish, args, kwargs, memo)
-            provisional.extend([] if config is None else [config])
+            config = deferred.defer(cache, self, tuning, finish, memo)
+            if config is not None:
+                provisional.append(config)
             return config is not None
 
         # Entries from shared tiers are untrusted: a winner that is not one of these candidates

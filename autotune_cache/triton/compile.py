@@ -219,6 +219,13 @@ class Compiles:
     wall: float = 0.0
     specs: dict[int, str] = field(default_factory=dict)
 
+    def reindexed(self, indices: Sequence[int]) -> Compiles:
+        """These compiles with candidate j of the compiled list renamed `indices[j]`."""
+        return Compiles(failures={indices[j]: r for j, r in self.failures.items()},
+                        seconds={indices[j]: t for j, t in self.seconds.items()},
+                        wall=self.wall,
+                        specs={indices[j]: d for j, d in self.specs.items()})
+
     def slowest(self) -> tuple[int, float] | None:
         """(index, seconds) of the slowest compile, or None when nothing compiled."""
         if not self.seconds:
@@ -249,6 +256,16 @@ class _TimedExecutor(Executor):
         return self.pool.submit(timed)
 
 
+def _specialise(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], config: Any,
+                prepare: Prepare | None) -> Any:
+    """Run `prepare(config)`, then specialise `kernel` for `config` and start its compile (a
+    future under AsyncCompileMode, else the compiled kernel; None when a compile hook skipped
+    it). Raises what the hook or the compile raises."""
+    if prepare is not None:
+        prepare(config)
+    return kernel.run(*args, grid=None, warmup=True, **candidate_kwargs(kwargs, config))
+
+
 def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                        configs: Sequence[Any], workers: int,
                        prepare: Prepare | None = None) -> Compiles:
@@ -273,9 +290,7 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
 
     def specialise(i: int) -> Any:
         try:
-            if prepare is not None:
-                prepare(configs[i])
-            return kernel.run(*args, grid=None, warmup=True, **candidate_kwargs(kwargs, configs[i]))
+            return _specialise(kernel, args, kwargs, configs[i], prepare)
         except Exception as e:  # any hook or compile error disqualifies only this config
             compiles.failures[i] = failure_reason(e)
             return None
@@ -392,10 +407,7 @@ class CompileQueue:
                     now(i)
                     self._timed.current = i
                     try:
-                        if prepare is not None:
-                            prepare(configs[i])
-                        queued.kernels[i] = kernel.run(*args, grid=None, warmup=True,
-                                                       **candidate_kwargs(kwargs, configs[i]))
+                        queued.kernels[i] = _specialise(kernel, args, kwargs, configs[i], prepare)
                     except Exception as e:  # any hook or compile error fails only this config
                         queued.failures[i] = failure_reason(e)
             finally:

@@ -77,13 +77,12 @@ HOT_LAUNCHES = 32
 
 @dataclass
 class _Pending:
-    """One deferred key: its tuner, tuning (holding the snapshot and the queued compiles), the
-    rest of the protocol (`finish`), the candidates and the Triton-style memo of the launch."""
+    """One deferred key: its tuner, tuning (holding the candidates, the snapshot and the queued
+    compiles), the rest of the protocol (`finish`) and the Triton-style memo of the launch."""
 
     tuner: Autotuner
     tuning: KernelTuning
     finish: Callable[[], Resolved]
-    configs: Sequence[Any]
     memo: tuple
     nbytes: int
     launches: int = 1
@@ -109,11 +108,12 @@ def _compiles_to_overlap(tuning: KernelTuning) -> bool:
 
 
 def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable[[], Resolved],
-          args: Sequence[Any], kwargs: Mapping[str, Any], memo: tuple) -> Any | None:
-    """Take over a miss (see the module docstring): returns the provisional config to launch, or
-    None when this key must be tuned now (an argument that cannot be snapshotted, or no memory
-    budget left)."""
+          memo: tuple) -> Any | None:
+    """Take over a miss of `tuning` (built for the launch's arguments; see the module
+    docstring): returns the provisional config to launch, or None when this key must be tuned
+    now (an argument that cannot be snapshotted, or no memory budget left)."""
     global _held_bytes
+    args, kwargs = tuning.args, tuning.kwargs
     storages = _storages([*args, *(v for k, v in kwargs.items() if k != "grid")])
     if storages is None:
         return None
@@ -145,7 +145,7 @@ def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable
             _held_bytes -= nbytes
         raise
     with _lock:
-        _pending.append(_Pending(tuner, tuning, finish, configs, memo, nbytes))
+        _pending.append(_Pending(tuner, tuning, finish, memo, nbytes))
     cache.before_final_dump(finish_all)
     return provisional
 
@@ -163,11 +163,8 @@ def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
             return None
         _pending.remove(found)
     try:
-        assert found.tuning.queued is not None
-        found.tuning.queued.wait(range(len(found.configs)))
-        with arguments_of(tuner, found.tuning.args):
-            resolved = found.finish()
-            tuner.adopt_deferred(resolved, found.tuning, memo)
+        _await_compiles(found)
+        _tune(found)
     finally:
         with _lock:
             _held_bytes -= found.nbytes
@@ -186,14 +183,11 @@ def finish_all() -> None:
         pending, _pending[:] = list(_pending), []
     try:
         for p in pending:  # every compile first: no benchmark shares the CPU with a compile
-            assert p.tuning.queued is not None
-            p.tuning.queued.wait(range(len(p.configs)))
+            _await_compiles(p)
         failed: list[tuple[_Pending, Exception]] = []
         for p in pending:
             try:
-                with arguments_of(p.tuner, p.tuning.args):
-                    resolved = p.finish()
-                    p.tuner.adopt_deferred(resolved, p.tuning, p.memo)
+                _tune(p)
             except Exception as e:  # noqa: BLE001 - named below, after the other keys
                 failed.append((p, e))
     finally:
@@ -209,6 +203,19 @@ def finish_all() -> None:
             " The other keys were recorded. Run again with AUTOTUNE_FLAGS="
             "--autotune_deferred_tuning=false to tune each key at its launch and see the error "
             "in the test that launched it.") from failed[0][1]
+
+
+def _await_compiles(pending: _Pending) -> None:
+    queued = pending.tuning.queued
+    assert queued is not None
+    queued.wait(range(len(pending.tuning.configs)))
+
+
+def _tune(pending: _Pending) -> None:
+    """Run the rest of the key's protocol on its snapshot, and hand the result to its tuner."""
+    with arguments_of(pending.tuner, pending.tuning.args):
+        resolved = pending.finish()
+        pending.tuner.adopt_deferred(resolved, pending.tuning, pending.memo)
 
 
 @contextlib.contextmanager

@@ -173,16 +173,12 @@ class KernelTuning:
         if on_device:
             if self.queued is not None:  # indexed by candidate already
                 compiles = self.queued.wait(todo)
-                failures, specializations = compiles.failures, compiles.specs
-                slowest = compiles.slowest()
             else:
                 compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
                                               [configs[i] for i in todo], self.compile_workers,
-                                              prepare=self.prepare())
-                failures = {todo[j]: reason for j, reason in compiles.failures.items()}
-                specializations = {todo[j]: spec for j, spec in compiles.specs.items()}
-                slowest = compiles.slowest()
-                slowest = slowest and (todo[slowest[0]], slowest[1])
+                                              prepare=self.prepare()).reindexed(todo)
+            failures, specializations = compiles.failures, compiles.specs
+            slowest = compiles.slowest()
             progress.compiled(len(todo), len(failures), compiles.wall,
                               slowest and (describe_config(configs[slowest[0]]), slowest[1]))
 

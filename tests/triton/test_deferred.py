@@ -117,8 +117,8 @@ def test_an_argument_that_cannot_be_snapshotted_is_tuned_at_the_launch(
     cache = use_cache(dump_to=tmp_path / "d.textproto")
     bench = fake(TABLE)
     kernel = kernels.tuned_add()
-    tuning = type("T", (), {"configs": kernel.configs})()
-    assert deferred.defer(cache, kernel, tuning, lambda: None, (object(),), {}, ()) is None
+    tuning = type("T", (), {"configs": kernel.configs, "args": (object(),), "kwargs": {}})()
+    assert deferred.defer(cache, kernel, tuning, lambda: None, ()) is None
     kernels.launch_add(kernel, n=64)
     assert cache.stats.deferred == 1 and not bench.calls  # the tensors' launch is deferred
 
