@@ -7,11 +7,14 @@ asks `do_bench` for; the median decides the winner and is what the results file 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 QUANTILES: tuple[float, ...] = (0.5, 0.2, 0.8)
 
@@ -86,11 +89,25 @@ class GpuBenchmark:
     Warmup and repetition counts come from `warmup` / `rep` milliseconds divided by a 5-call
     estimate; the L2 cache is flushed before every timed call; each call is bracketed by device
     events and all of them are read after one final synchronize. With `use_cuda_graph`, timing
-    follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed)."""
+    follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed).
+
+    Stalled calls are dropped (decision 0026). A timed interval is the device's time from its
+    start event to its end event. When the host stalls between recording the start and
+    recording the end (another thread holds the GIL: a dump run benchmarks while its compile
+    threads run), and the device has already reached the start event, the device waits for the
+    host inside the interval, and the stall is timed as if it were the kernel's. Such a call is
+    recognised as it happens: its host span (start recorded to end recorded) is longer than
+    STALL_FACTOR times the round's shortest span plus STALL_SLACK_S, and its start event had
+    already completed when its end was recorded. It is left out of the quantiles (the call with
+    the shortest span never is). If more than half of a round's calls are dropped, the missing
+    calls are timed in another round, up to STALL_ROUNDS rounds. A host that does not stall
+    drops nothing, so it measures what do_bench measures, and the method's name is unchanged.
+    `clock` is the host clock (a seam for tests)."""
 
     warmup: float = DEFAULT_WARMUP_MS
     rep: float = DEFAULT_REP_MS
     use_cuda_graph: bool = False
+    clock: Callable[[], float] = time.perf_counter
 
     def __post_init__(self) -> None:
         self.method = gpu_timing_method(self.warmup, self.rep, self.use_cuda_graph)
@@ -122,17 +139,61 @@ class GpuBenchmark:
         estimate_ms = start.elapsed_time(end) / 5
         n_warmup = max(1, int(self.warmup / estimate_ms)) if estimate_ms > 0 else 1000
         n_repeat = max(1, int(self.rep / estimate_ms)) if estimate_ms > 0 else 1000
-        starts = [device.Event(enable_timing=True) for _ in range(n_repeat)]
-        ends = [device.Event(enable_timing=True) for _ in range(n_repeat)]
         for _ in range(n_warmup):
             kernel_call()
-        for i in range(n_repeat):
+        kept: list[float] = []
+        for _ in range(STALL_ROUNDS):
+            times, stalled = self._timed_calls(kernel_call, active, device, flush,
+                                               n_repeat - len(kept))
+            kept.extend(t for i, t in enumerate(times) if i not in stalled)
+            _count_stalls(len(stalled))
+            if len(kept) * 2 >= n_repeat:
+                break
+        return quantiles_of(kept)
+
+    def _timed_calls(self, kernel_call: Callable[[], Any], active: Any, device: Any,
+                     flush: Any, n: int) -> tuple[list[float], set[int]]:
+        """Time `n` calls (sync 2 of 2, or one more per extra round): their device times, and
+        the indices of the stalled ones (see the class docstring)."""
+        clock = self.clock
+        starts = [device.Event(enable_timing=True) for _ in range(n)]
+        ends = [device.Event(enable_timing=True) for _ in range(n)]
+        spans = [0.0] * n
+        reached = [False] * n
+        for i in range(n):
             active.clear_cache(flush)
             starts[i].record()
+            began = clock()
             kernel_call()
             ends[i].record()
-        device.synchronize()  # sync 2 of 2: every timed call
-        return quantiles_of([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+            spans[i] = clock() - began
+            reached[i] = starts[i].query()
+        device.synchronize()
+        limit = STALL_FACTOR * min(spans) + STALL_SLACK_S
+        stalled = {i for i in range(n) if reached[i] and spans[i] > limit}
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], stalled
+
+
+# A timed call is stalled when its host span exceeds STALL_FACTOR x its round's shortest plus
+# STALL_SLACK_S seconds while the device waited inside its interval (GpuBenchmark).
+STALL_FACTOR = 2.0
+STALL_SLACK_S = 20e-6
+STALL_ROUNDS = 3
+_stalls = 0
+
+
+def _count_stalls(n: int) -> None:
+    global _stalls
+    if n:
+        _stalls += n
+        log.debug("autotune_cache: %d timed call(s) dropped: the host stalled while the device "
+                  "waited inside their intervals", n)
+
+
+def stalled_calls() -> int:
+    """How many timed calls this process dropped as stalled (GpuBenchmark); the bench scripts
+    report it."""
+    return _stalls
 
 
 @dataclass

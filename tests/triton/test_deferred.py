@@ -220,3 +220,63 @@ def test_tune_deferred_tunes_at_a_point_the_program_chooses(use_cache, fake, ove
     assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
     assert cache.finish_dump() == 1 and len(bench.calls) == 4
     assert _winner_block(load_results(dump)[0]) == 64
+
+
+def test_keys_whose_compiles_finished_are_tuned_first() -> None:
+    """finish_all's order: a key whose compiles are all done goes first; with none done, the
+    earliest deferred goes at once (its tuning screens candidates as their compiles finish)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from autotune_cache.triton.compile import Queued
+
+    def key(*futures: Future) -> SimpleNamespace:
+        queued = Queued(kernels={i: SimpleNamespace(future=f) for i, f in enumerate(futures)})
+        return SimpleNamespace(tuning=SimpleNamespace(queued=queued))
+
+    slow_a, slow_b, done_b, later_c = Future(), Future(), Future(), Future()
+    done_b.set_result(None)
+    a, b, c = key(slow_a), key(done_b, slow_b), key(later_c)
+    slow_b.set_result(None)
+    order = deferred._compiled_first([a, b, c])
+    assert next(order) is b  # deferred second, compiled first
+    later_c.set_result(None)
+    assert next(order) is c  # done before a
+    assert next(order) is a and not slow_a.done()  # nothing else left: no idle wait
+    assert list(order) == []
+
+
+def test_a_queued_tuning_is_screened_in_the_order_its_compiles_finish() -> None:
+    """Queued.as_finished: the compiled, failed and unqueued candidates at once, then the others
+    as their compiles end, each finished into the JIT cache (its future's result taken), and a
+    compile error as that candidate's failure."""
+    import threading
+    from concurrent.futures import Future
+
+    from autotune_cache.triton.compile import Queued
+
+    class Kernel:  # Triton's FutureKernel: result() finishes the compile
+        def __init__(self) -> None:
+            self.future: Future = Future()
+            self.finished = False
+
+        def result(self) -> object:
+            value = self.future.result()
+            self.finished = True
+            return value
+
+    slow, fast, broken, shared = Kernel(), Kernel(), Kernel(), Kernel()
+    fast.future.set_result("binary")
+    queued = Queued(kernels={0: slow, 1: fast, 2: broken, 4: shared, 5: shared},
+                    failures={3: "hook failed"})
+    stream = queued.as_finished([0, 1, 2, 3, 4, 5, 6])
+    assert [next(stream) for _ in range(3)] == [(1, None), (3, "hook failed"), (6, None)]
+    assert fast.finished
+    threading.Timer(0.05, broken.future.set_exception, [RuntimeError("out of registers")]
+                    ).start()
+    i, failure = next(stream)
+    assert i == 2 and "out of registers" in failure
+    shared.future.set_result("binary")
+    assert [next(stream), next(stream)] == [(4, None), (5, None)]  # one binary, two candidates
+    slow.future.set_result("binary")
+    assert list(stream) == [(0, None)] and slow.finished
