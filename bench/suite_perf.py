@@ -311,7 +311,7 @@ def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
             "tuned": int(ours.get("tuned", 0)), "compiles": p.compiles,
             "triton_compile_calls": int(_num(timers.get("triton_compile"), "calls")),
             "launcher_builds": int(_num(timers.get("launcher_build"), "calls")),
-            "stalled_calls": int(p.probe.get("stalled_calls") or 0),
+            "late_calls": int(p.probe.get("late_calls") or 0),
             "kernels_served": ours.get("kernels_served"),
             "kernels_on_triton": ours.get("kernels_on_triton"),
         }
@@ -397,7 +397,7 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
              f"{meta.get('triton')}; {meta.get('when')}", "",
              "| pass | wall s | inside pytest s | vs P | vs W | outcomes | identical to P | "
              "benchmarks (Triton / ours) | hits | tuned | compiles | triton.compile calls | "
-             "launcher builds | timed calls dropped as stalled |", "|" + " --- |" * 14]
+             "launcher builds | timed calls dropped as late |", "|" + " --- |" * 14]
     totals = summary["totals"]
     p_wall = totals.get("P", {}).get("wall_s")
     w_wall = totals.get("W", {}).get("wall_s")
@@ -418,7 +418,7 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
             f"{_fmt(vs_w)} | {outcomes} | {same} | {t['benchmarks_triton']} / "
             f"{t['benchmarks_ours']} | {t['hits']} | {t['tuned']} | {t['compiles']} | "
             f"{t['triton_compile_calls']} | {t['launcher_builds']} | "
-            f"{t.get('stalled_calls', 0)} |")
+            f"{t.get('late_calls', '-')} |")
     lines += ["", "| target | ratio | target | met |", "| --- | --- | --- | --- |"]
     for n, r in summary["ratios"].items():
         lines.append(f"| {n} vs {r['vs']} | {r['ratio']:.3f} | <= {r['target']} | "

@@ -91,23 +91,23 @@ class GpuBenchmark:
     events and all of them are read after one final synchronize. With `use_cuda_graph`, timing
     follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed).
 
-    Stalled calls are dropped (decision 0026). A timed interval is the device's time from its
-    start event to its end event. When the host stalls between recording the start and
-    recording the end (another thread holds the GIL: a dump run benchmarks while its compile
-    threads run), and the device has already reached the start event, the device waits for the
-    host inside the interval, and the stall is timed as if it were the kernel's. Such a call is
-    recognised as it happens: its host span (start recorded to end recorded) is longer than
-    STALL_FACTOR times the round's shortest span plus STALL_SLACK_S, and its start event had
-    already completed when its end was recorded. It is left out of the quantiles (the call with
-    the shortest span never is). If more than half of a round's calls are dropped, the missing
-    calls are timed in another round, up to STALL_ROUNDS rounds. A host that does not stall
-    drops nothing, so it measures what do_bench measures, and the method's name is unchanged.
-    `clock` is the host clock (a seam for tests)."""
+    Late calls are dropped (decision 0026). A timed interval is the device's time from its
+    start event to its end event. If the device reaches the start event before the host has
+    queued the kernel and the end event (the host is slow: another thread holds the GIL, as
+    when a dump run benchmarks while its compile threads run), the device waits for the host
+    inside the interval, and the wait is timed as if it were the kernel's. Such a call is
+    recognised as it happens, exactly: its start event has already completed when its end
+    event is recorded (`Event.query()`). It is left out of the quantiles, and the device is
+    put behind the host again with a short sleep on it (`torch.cuda._sleep`, LEAD_CYCLES),
+    so the next calls are queued ahead of it. If fewer than half of the planned calls were on
+    time, the missing ones are timed in another round, up to LATE_ROUNDS rounds; if none ever
+    was, every call counts, as in do_bench. A host that keeps ahead of the device (the usual
+    case: the L2 flush before each call gives it time) drops nothing and sleeps never, so it
+    measures what do_bench measures, and the method's name is unchanged."""
 
     warmup: float = DEFAULT_WARMUP_MS
     rep: float = DEFAULT_REP_MS
     use_cuda_graph: bool = False
-    clock: Callable[[], float] = time.perf_counter
 
     def __post_init__(self) -> None:
         self.method = gpu_timing_method(self.warmup, self.rep, self.use_cuda_graph)
@@ -141,59 +141,59 @@ class GpuBenchmark:
         n_repeat = max(1, int(self.rep / estimate_ms)) if estimate_ms > 0 else 1000
         for _ in range(n_warmup):
             kernel_call()
-        kept: list[float] = []
-        for _ in range(STALL_ROUNDS):
-            times, stalled = self._timed_calls(kernel_call, active, device, flush,
-                                               n_repeat - len(kept))
-            kept.extend(t for i, t in enumerate(times) if i not in stalled)
-            _count_stalls(len(stalled))
-            if len(kept) * 2 >= n_repeat:
+        on_time: list[float] = []
+        every: list[float] = []
+        for _ in range(LATE_ROUNDS):
+            times, late = _timed_calls(kernel_call, active, device, flush,
+                                       n_repeat - len(on_time))
+            every.extend(times)
+            on_time.extend(t for i, t in enumerate(times) if i not in late)
+            _count_late(len(late))
+            if len(on_time) * 2 >= n_repeat:
                 break
-        return quantiles_of(kept)
-
-    def _timed_calls(self, kernel_call: Callable[[], Any], active: Any, device: Any,
-                     flush: Any, n: int) -> tuple[list[float], set[int]]:
-        """Time `n` calls (sync 2 of 2, or one more per extra round): their device times, and
-        the indices of the stalled ones (see the class docstring)."""
-        clock = self.clock
-        starts = [device.Event(enable_timing=True) for _ in range(n)]
-        ends = [device.Event(enable_timing=True) for _ in range(n)]
-        spans = [0.0] * n
-        reached = [False] * n
-        for i in range(n):
-            active.clear_cache(flush)
-            starts[i].record()
-            began = clock()
-            kernel_call()
-            ends[i].record()
-            spans[i] = clock() - began
-            reached[i] = starts[i].query()
-        device.synchronize()
-        limit = STALL_FACTOR * min(spans) + STALL_SLACK_S
-        stalled = {i for i in range(n) if reached[i] and spans[i] > limit}
-        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], stalled
+        return quantiles_of(on_time or every)
 
 
-# A timed call is stalled when its host span exceeds STALL_FACTOR x its round's shortest plus
-# STALL_SLACK_S seconds while the device waited inside its interval (GpuBenchmark).
-STALL_FACTOR = 2.0
-STALL_SLACK_S = 20e-6
-STALL_ROUNDS = 3
-_stalls = 0
+def _timed_calls(kernel_call: Callable[[], Any], active: Any, device: Any, flush: Any,
+                 n: int) -> tuple[list[float], set[int]]:
+    """Time `n` calls (sync 2 of 2, or one more per extra round): their device times, and the
+    indices of the late ones (see GpuBenchmark)."""
+    lead = getattr(device, "_sleep", None)
+    starts = [device.Event(enable_timing=True) for _ in range(n)]
+    ends = [device.Event(enable_timing=True) for _ in range(n)]
+    late: set[int] = set()
+    for i in range(n):
+        active.clear_cache(flush)
+        starts[i].record()
+        kernel_call()
+        ends[i].record()
+        if starts[i].query():  # the device got to the start before the end was queued
+            late.add(i)
+            if lead is not None:
+                lead(LEAD_CYCLES)
+    device.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], late
 
 
-def _count_stalls(n: int) -> None:
-    global _stalls
+# GpuBenchmark's late calls: the device sleeps LEAD_CYCLES clock cycles (about 1 ms on an H200)
+# after one, and at most LATE_ROUNDS rounds of calls are timed.
+LEAD_CYCLES = 2_000_000
+LATE_ROUNDS = 3
+_late = 0
+
+
+def _count_late(n: int) -> None:
+    global _late
     if n:
-        _stalls += n
-        log.debug("autotune_cache: %d timed call(s) dropped: the host stalled while the device "
-                  "waited inside their intervals", n)
+        _late += n
+        log.debug("autotune_cache: %d timed call(s) dropped: the device reached their start "
+                  "before the host had queued the kernel", n)
 
 
-def stalled_calls() -> int:
-    """How many timed calls this process dropped as stalled (GpuBenchmark); the bench scripts
+def late_calls() -> int:
+    """How many timed calls this process dropped as late (GpuBenchmark); the bench scripts
     report it."""
-    return _stalls
+    return _late
 
 
 @dataclass

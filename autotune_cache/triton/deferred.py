@@ -22,8 +22,9 @@ tuning protocol to `defer`):
    benchmarks under the device lock, recording) on its snapshot: keys whose compiles have all
    finished first, and each key's first screening stage times each candidate as soon as its
    compile has finished, while the other compiles go on. Nothing else differs in the entry:
-   the same benchmarks pick the winner, and a timed call that a compile thread's hold on the
-   GIL stretched is dropped, not timed (bench.GpuBenchmark, decision 0026).
+   the same benchmarks pick the winner, and a timed call in which the device waited for a
+   host slowed by the compile threads is dropped, not timed (bench.GpuBenchmark, decision
+   0026).
    `autotune_cache.triton.tune_deferred()` does the same at a point the program chooses (a
    workload that times its tuning), and a key launched HOT_LAUNCHES times is tuned at that
    launch (a dump run that is a long workload must not run a provisional config for long).
@@ -212,7 +213,7 @@ def _compiled_first(pending: Sequence[_Pending]) -> Iterator[_Pending]:
     first, else the earliest deferred (its compiles started first); its tuning then screens
     each candidate as its compile finishes (tune.KernelTuning._benchmark), so the device is
     not left idle while compiles run. The benchmarks beside the compiles stay exact:
-    bench.GpuBenchmark drops a timed call that a host stall entered (decision 0026)."""
+    bench.GpuBenchmark drops a timed call the device waited in for the host (decision 0026)."""
     todo = list(pending)
     while todo:
         ready = next((p for p in todo if not _running(p)), todo[0])

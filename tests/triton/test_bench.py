@@ -68,7 +68,7 @@ class _FakeEvent:
         return end.t - self.t
 
     def query(self) -> bool:
-        return True  # the fake device runs every call at once: it has reached every event
+        return False  # the device is behind the host: it has not reached the event yet
 
 
 class _FakeDevice:
@@ -109,8 +109,7 @@ def test_gpu_benchmark_follows_do_bench_with_two_syncs(monkeypatch: pytest.Monke
         calls.append(fake_driver.flushes)
         _FakeEvent.clock[0] += 0.5
 
-    timer = bench.GpuBenchmark(warmup=5.0, rep=10.0, clock=_HostClock())
-    median, p20, p80 = timer(kernel_call, None, {})
+    median, p20, p80 = bench.GpuBenchmark(warmup=5.0, rep=10.0)(kernel_call, None, {})
     assert (median, p20, p80) == (0.5, 0.5, 0.5)
     # 1 first call + 5 estimate calls + 5 ms / 0.5 ms warmup + 10 ms / 0.5 ms timed
     assert len(calls) == 1 + 5 + 10 + 20
@@ -118,91 +117,74 @@ def test_gpu_benchmark_follows_do_bench_with_two_syncs(monkeypatch: pytest.Monke
     assert fake_driver.flushes == 5 + 20  # L2 flushed before every estimate and timed call
 
 
-class _HostClock:
-    """A host clock that advances 30 us per reading, plus `stall` seconds when told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.stall = 0.0
-
-    def __call__(self) -> float:
-        self.now += 30e-6 + self.stall
-        self.stall = 0.0
-        return self.now
-
-
-def _stalling_run(monkeypatch: pytest.MonkeyPatch, stalled: set[int], device_waits: bool
-                  ) -> tuple[list[float], list[int], int]:
-    """Time a 0.5 ms fake kernel whose timed calls numbered in `stalled` (counting from the first
-    timed call) stall the host 4 ms inside their interval; with `device_waits`, the device waits
-    for the host (the stall lands in the interval, and the start event has completed). Returns
-    the quantiles, the device times of the timed calls, and the stalls counted."""
+def _late_run(monkeypatch: pytest.MonkeyPatch, late: set[int]
+              ) -> tuple[list[float], int, list[int], int]:
+    """Time a 0.5 ms fake kernel whose timed calls numbered in `late` (counting from the first
+    timed call) find the device already past their start event, having waited 4 ms for the
+    host inside the interval. Returns the quantiles, the timed calls made, the device sleeps
+    asked for after them, and the late calls counted."""
     from triton.runtime.driver import driver
 
     fake_driver = _FakeDriver()
+    sleeps: list[int] = []
+    fake_driver.device._sleep = sleeps.append  # type: ignore[attr-defined]
     monkeypatch.setattr(driver, "_active", fake_driver)
     _FakeEvent.clock[0] = 0.0
-    host = _HostClock()
-    timed = [0]
     first_timed = 1 + 5 + 10  # the first call, the estimate, the warmup (5 ms / 0.5 ms)
-
-    reached = {"value": True}
-    monkeypatch.setattr(_FakeEvent, "query", lambda self: reached["value"])
-
     calls = [0]
+    reached = {"value": False}
+    monkeypatch.setattr(_FakeEvent, "query", lambda self: reached["value"])
+    slept_before: list[int] = []
 
     def kernel_call() -> None:
         calls[0] += 1
-        _FakeEvent.clock[0] += 0.5
-        if calls[0] > first_timed:
-            index = timed[0]
-            timed[0] += 1
-            if index in stalled:
-                host.stall = 4e-3
-                if device_waits:
-                    _FakeEvent.clock[0] += 4.0  # the device idles inside the interval
-            reached["value"] = device_waits or index not in stalled
+        index = calls[0] - first_timed - 1
+        reached["value"] = index in late
+        if index >= 0:
+            slept_before.append(len(sleeps))
+        _FakeEvent.clock[0] += 0.5 + (4.0 if index in late else 0.0)
 
-    before = bench.stalled_calls()
-    quantiles = bench.GpuBenchmark(warmup=5.0, rep=10.0, clock=host)(kernel_call, None, {})
-    return quantiles, timed, bench.stalled_calls() - before
+    before = bench.late_calls()
+    quantiles = bench.GpuBenchmark(warmup=5.0, rep=10.0)(kernel_call, None, {})
+    assert all(s == bench.LEAD_CYCLES for s in sleeps)
+    return quantiles, calls[0] - first_timed, slept_before, bench.late_calls() - before
 
 
-def test_a_host_stall_inside_an_interval_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compile threads holding the GIL stall the benchmarking thread between its start and end
-    events; where the device waited for it, that call is dropped, not timed as the kernel's."""
-    stalled = {1, 4, 7, 8, 15}
-    quantiles, timed, counted = _stalling_run(monkeypatch, stalled, device_waits=True)
+def test_a_call_the_device_waited_in_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compile threads holding the GIL delay the benchmarking thread: where the device reached
+    a call's start event before its end was queued, the call is dropped, not timed as the
+    kernel's, and the device is put behind the host again with a sleep."""
+    late = {1, 4, 7, 8, 15}
+    quantiles, timed, slept_before, counted = _late_run(monkeypatch, late)
     assert quantiles == [0.5, 0.5, 0.5]
-    assert counted == len(stalled)
-    assert timed == [20]  # 15 of 20 kept: no second round
+    assert counted == len(late)
+    assert timed == 20  # 15 of 20 on time: no second round
+    assert slept_before[2] == 1 and slept_before[5] == 2  # a sleep after each late call
 
 
-def test_a_stall_while_the_device_is_still_busy_is_kept(monkeypatch: pytest.MonkeyPatch
-                                                        ) -> None:
-    """When the device has not reached the start event yet, a host stall does not enter the
-    interval: the call is timed as usual and nothing is dropped."""
-    quantiles, timed, counted = _stalling_run(monkeypatch, {2, 3}, device_waits=False)
+def test_a_host_ahead_of_the_device_drops_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    quantiles, timed, slept_before, counted = _late_run(monkeypatch, set())
     assert quantiles == [0.5, 0.5, 0.5]
-    assert counted == 0 and timed == [20]
+    assert (timed, counted, slept_before[-1]) == (20, 0, 0)  # do_bench's calls, no sleep
 
 
-def test_mostly_stalled_calls_are_timed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over half of a round stalled: the missing calls are timed in another round, so the
-    quantiles come from at least half the planned calls, all of them clean."""
-    stalled = set(range(12))  # 12 of the first 20 timed calls
-    quantiles, timed, counted = _stalling_run(monkeypatch, stalled, device_waits=True)
+def test_mostly_late_calls_are_timed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over half of a round late: the missing calls are timed in another round, so the
+    quantiles come from at least half the planned calls, all of them on time."""
+    quantiles, timed, _, counted = _late_run(monkeypatch, set(range(12)))
     assert quantiles == [0.5, 0.5, 0.5]
     assert counted == 12
-    assert timed == [20 + 12]  # a second round of the 12 dropped calls, none stalled
+    assert timed == 20 + 12  # a second round of the 12 dropped calls, none late
 
 
-def test_rounds_stop_with_the_clean_calls_they_got(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host that stalls in almost every call: STALL_ROUNDS rounds, then the quantiles of the
-    clean calls (each round's fastest is clean), never a stalled time."""
-    clean = {0, 20, 39}  # the first call of each round (20, then 19, then 18 calls)
-    quantiles, timed, counted = _stalling_run(monkeypatch, set(range(100)) - clean,
-                                              device_waits=True)
+def test_rounds_stop_and_a_device_never_on_time_counts_every_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """LATE_ROUNDS rounds at most; with some calls on time their quantiles, never a late
+    time; with none ever on time, every call counts (what do_bench measures)."""
+    on_time = {0, 20, 39}  # the first call of each round (20, then 19, then 18 calls)
+    quantiles, timed, _, counted = _late_run(monkeypatch, set(range(100)) - on_time)
     assert quantiles == [0.5, 0.5, 0.5]
-    assert timed == [20 + 19 + 18]
-    assert counted == 19 + 18 + 17
+    assert timed == 20 + 19 + 18 and counted == 19 + 18 + 17
+    quantiles, timed, _, counted = _late_run(monkeypatch, set(range(100)))
+    assert quantiles[0] == pytest.approx(4.5)
+    assert timed == 20 * bench.LATE_ROUNDS
