@@ -311,7 +311,6 @@ def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
             "tuned": int(ours.get("tuned", 0)), "compiles": p.compiles,
             "triton_compile_calls": int(_num(timers.get("triton_compile"), "calls")),
             "launcher_builds": int(_num(timers.get("launcher_build"), "calls")),
-            "late_calls": int(p.probe.get("late_calls") or 0),
             "kernels_served": ours.get("kernels_served"),
             "kernels_on_triton": ours.get("kernels_on_triton"),
         }
@@ -358,9 +357,9 @@ PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to
     ("  inside: Triton's autotuner benchmarks", _timer("triton_autotuner_bench")),
     ("  inside: our cache lookups (Cache.lookup)", _timer("ours_lookup")),
     ("  inside: our tunings (a key's compiles and benchmarks)", _timer("ours_tuning")),
-    ("  inside: a dump run's deferred tunings, at its end (each key benchmarked once its own "
-     "compiles finish)", _timer("ours_deferred_end")),
-    ("    their compiles, first start to last finish, per key, summed",
+    ("  inside: a dump run's deferred tunings, at its end (queued compiles awaited, then "
+     "benchmarks)", _timer("ours_deferred_end")),
+    ("    their compiles, first start to last finish (benchmarks start after)",
      _timer("ours_compile_wall")),
     ("    each key's slowest compile, summed (no tuning ends before it)",
      _timer("ours_slowest_compile")),
@@ -397,7 +396,7 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
              f"{meta.get('triton')}; {meta.get('when')}", "",
              "| pass | wall s | inside pytest s | vs P | vs W | outcomes | identical to P | "
              "benchmarks (Triton / ours) | hits | tuned | compiles | triton.compile calls | "
-             "launcher builds | timed calls dropped as late |", "|" + " --- |" * 14]
+             "launcher builds |", "|" + " --- |" * 13]
     totals = summary["totals"]
     p_wall = totals.get("P", {}).get("wall_s")
     w_wall = totals.get("W", {}).get("wall_s")
@@ -406,7 +405,7 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
         if t is None:
             continue
         if "skipped" in t:
-            lines.append(f"| {n} | skipped: {t['skipped']} |" + " |" * 12)
+            lines.append(f"| {n} | skipped: {t['skipped']} |" + " |" * 11)
             continue
         vs_p = t["wall_s"] / p_wall if p_wall else None
         vs_w = t["wall_s"] / w_wall if w_wall else None
@@ -417,8 +416,7 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
             f"| {n} | {t['wall_s']:.2f} | {t['inside_pytest_s']:.2f} | {_fmt(vs_p)} | "
             f"{_fmt(vs_w)} | {outcomes} | {same} | {t['benchmarks_triton']} / "
             f"{t['benchmarks_ours']} | {t['hits']} | {t['tuned']} | {t['compiles']} | "
-            f"{t['triton_compile_calls']} | {t['launcher_builds']} | "
-            f"{t.get('late_calls', '-')} |")
+            f"{t['triton_compile_calls']} | {t['launcher_builds']} |")
     lines += ["", "| target | ratio | target | met |", "| --- | --- | --- | --- |"]
     for n, r in summary["ratios"].items():
         lines.append(f"| {n} vs {r['vs']} | {r['ratio']:.3f} | <= {r['target']} | "

@@ -14,9 +14,7 @@ It records, for the pass's one pytest process, without changing what runs:
     benchmarks (configs timed, seconds), our cache's lookups (calls, seconds), our tunings
     (keys, seconds), and inside them the compiles (from the first start to the last finish)
     and each key's slowest compile (a key's tuning cannot end before it does);
-  - our cache's stats, when autotune_cache was used, and the timed calls our GPU benchmark
-    dropped as late (the device reached their start before the host queued the kernel: a
-    benchmark beside compiles, decision 0026).
+  - our cache's stats, when autotune_cache was used.
 
 It writes them as JSON to `SUITE_PROBE_OUT` at the end of the session. Timers are wall-clock
 sums over calls, and calls on background threads (our early compiles of loaded winners) are
@@ -180,14 +178,6 @@ def _our_stats() -> dict[str, Any] | None:
     return get_cache().stats.as_dict()
 
 
-def _late_calls() -> int:
-    """Timed calls our GPU benchmark dropped as late (the device waited inside them)."""
-    import sys
-
-    bench = sys.modules.get("autotune_cache.triton.bench")
-    return int(bench.late_calls()) if bench is not None else 0
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("SUITE_PROBE_OUT")
     if not out:
@@ -206,7 +196,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "timers": {k: {"calls": int(c), "seconds": round(s, 4)} for k, (c, s) in TIMERS.items()},
         "tests": TESTS,
         "ours": _our_stats(),
-        "late_calls": _late_calls(),
         "exitstatus": int(session.exitstatus),
     }
     with open(out, "w") as f:

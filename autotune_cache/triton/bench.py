@@ -7,14 +7,11 @@ asks `do_bench` for; the median decides the winner and is what the results file 
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-log = logging.getLogger(__name__)
 
 QUANTILES: tuple[float, ...] = (0.5, 0.2, 0.8)
 
@@ -89,21 +86,7 @@ class GpuBenchmark:
     Warmup and repetition counts come from `warmup` / `rep` milliseconds divided by a 5-call
     estimate; the L2 cache is flushed before every timed call; each call is bracketed by device
     events and all of them are read after one final synchronize. With `use_cuda_graph`, timing
-    follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed).
-
-    Late calls are dropped (decision 0026). A timed interval is the device's time from its
-    start event to its end event. If the device reaches the start event before the host has
-    queued the kernel and the end event (the host is slow: another thread holds the GIL, as
-    when a dump run benchmarks while its compile threads run), the device waits for the host
-    inside the interval, and the wait is timed as if it were the kernel's. Such a call is
-    recognised as it happens, exactly: its start event has already completed when its end
-    event is recorded (`Event.query()`). It is left out of the quantiles, and the device is
-    put behind the host again with a short sleep on it (`torch.cuda._sleep`, LEAD_CYCLES),
-    so the next calls are queued ahead of it. If fewer than half of the planned calls were on
-    time, the missing ones are timed in another round, up to LATE_ROUNDS rounds; if none ever
-    was, every call counts, as in do_bench. A host that keeps ahead of the device (the usual
-    case: the L2 flush before each call gives it time) drops nothing and sleeps never, so it
-    measures what do_bench measures, and the method's name is unchanged."""
+    follows `triton.testing.do_bench_cudagraph` (calls captured in a CUDA graph and replayed)."""
 
     warmup: float = DEFAULT_WARMUP_MS
     rep: float = DEFAULT_REP_MS
@@ -139,61 +122,17 @@ class GpuBenchmark:
         estimate_ms = start.elapsed_time(end) / 5
         n_warmup = max(1, int(self.warmup / estimate_ms)) if estimate_ms > 0 else 1000
         n_repeat = max(1, int(self.rep / estimate_ms)) if estimate_ms > 0 else 1000
+        starts = [device.Event(enable_timing=True) for _ in range(n_repeat)]
+        ends = [device.Event(enable_timing=True) for _ in range(n_repeat)]
         for _ in range(n_warmup):
             kernel_call()
-        on_time: list[float] = []
-        every: list[float] = []
-        for _ in range(LATE_ROUNDS):
-            times, late = _timed_calls(kernel_call, active, device, flush,
-                                       n_repeat - len(on_time))
-            every.extend(times)
-            on_time.extend(t for i, t in enumerate(times) if i not in late)
-            _count_late(len(late))
-            if len(on_time) * 2 >= n_repeat:
-                break
-        return quantiles_of(on_time or every)
-
-
-def _timed_calls(kernel_call: Callable[[], Any], active: Any, device: Any, flush: Any,
-                 n: int) -> tuple[list[float], set[int]]:
-    """Time `n` calls (sync 2 of 2, or one more per extra round): their device times, and the
-    indices of the late ones (see GpuBenchmark)."""
-    lead = getattr(device, "_sleep", None)
-    starts = [device.Event(enable_timing=True) for _ in range(n)]
-    ends = [device.Event(enable_timing=True) for _ in range(n)]
-    late: set[int] = set()
-    for i in range(n):
-        active.clear_cache(flush)
-        starts[i].record()
-        kernel_call()
-        ends[i].record()
-        if starts[i].query():  # the device got to the start before the end was queued
-            late.add(i)
-            if lead is not None:
-                lead(LEAD_CYCLES)
-    device.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], late
-
-
-# GpuBenchmark's late calls: the device sleeps LEAD_CYCLES clock cycles (about 1 ms on an H200)
-# after one, and at most LATE_ROUNDS rounds of calls are timed.
-LEAD_CYCLES = 2_000_000
-LATE_ROUNDS = 3
-_late = 0
-
-
-def _count_late(n: int) -> None:
-    global _late
-    if n:
-        _late += n
-        log.debug("autotune_cache: %d timed call(s) dropped: the device reached their start "
-                  "before the host had queued the kernel", n)
-
-
-def late_calls() -> int:
-    """How many timed calls this process dropped as late (GpuBenchmark); the bench scripts
-    report it."""
-    return _late
+        for i in range(n_repeat):
+            active.clear_cache(flush)
+            starts[i].record()
+            kernel_call()
+            ends[i].record()
+        device.synchronize()  # sync 2 of 2: every timed call
+        return quantiles_of([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
 @dataclass

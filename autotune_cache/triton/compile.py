@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,44 +338,20 @@ class Queued:
     specs: dict[int, str] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
 
-    def running(self) -> list[Future[Any]]:
-        """The pool futures of this tuning's compiles that have not finished yet."""
-        futures = (getattr(k, "future", None) for k in self.kernels.values())
-        return [f for f in futures if isinstance(f, Future) and not f.done()]
-
-    def as_finished(self, indices: Sequence[int]) -> Iterator[tuple[int, str | None]]:
-        """Each of `indices` once its compile has finished, finished into the JITFunction's
-        in-memory cache (so launches find it), with its failure reason or None: those already
-        compiled or failed first, then the others in the order their compiles end."""
-        waiting: dict[Future[Any], list[int]] = {}
-        for i in indices:
-            future = getattr(self.kernels.get(i), "future", None)
-            if isinstance(future, Future) and not future.done():
-                waiting.setdefault(future, []).append(i)
-            else:
-                yield i, self._finish(i)
-        for future in as_completed(waiting):
-            for i in waiting[future]:
-                yield i, self._finish(i)
-
-    def _finish(self, i: int) -> str | None:
-        if i in self.failures:
-            return self.failures[i]
-        kernel = self.kernels.get(i)
-        if hasattr(kernel, "result"):
-            try:
-                kernel.result()
-            except Exception as e:  # a compile error fails only its config
-                return failure_reason(e)
-        return None
-
     def wait(self, indices: Sequence[int]) -> Compiles:
         """Wait for the compiles of `indices` and finish them into the JITFunction's in-memory
         cache (so launches find them); what compile_candidates would have returned for them."""
         compiles = Compiles(specs={i: s for i, s in self.specs.items() if i in indices})
-        for i, failure in self.as_finished(indices):
-            if failure is not None:
-                compiles.failures[i] = failure
+        for i in indices:
+            if i in self.failures:
+                compiles.failures[i] = self.failures[i]
+                continue
+            kernel = self.kernels.get(i)
+            if hasattr(kernel, "result"):
+                try:
+                    kernel.result()
+                except Exception as e:  # a compile error fails only its config
+                    compiles.failures[i] = failure_reason(e)
             if i in self.seconds:
                 compiles.seconds[i] = self.seconds[i]
         compiles.wall = time.perf_counter() - self.started

@@ -17,14 +17,10 @@ tuning protocol to `defer`):
    compiled here, loaded (which surfaces out-of-resources); if it fails, the next cheapest. It is
    one of the kernel's own candidates, so it computes what the kernel computes, which is
    triton.autotune's own premise. The process keeps launching it for that key.
-4. Before the dump's final write (Cache.before_final_dump: pytest's session end, or exit), each
-   deferred key runs the ordinary protocol (lock, re-read of the shared tiers, timing reuse,
-   benchmarks under the device lock, recording) on its snapshot: keys whose compiles have all
-   finished first, and each key's first screening stage times each candidate as soon as its
-   compile has finished, while the other compiles go on. Nothing else differs in the entry:
-   the same benchmarks pick the winner, and a timed call in which the device waited for a
-   host slowed by the compile threads is dropped, not timed (bench.GpuBenchmark, decision
-   0026).
+4. Before the dump's final write (Cache.before_final_dump: pytest's session end, or exit), every
+   compile is awaited, then each deferred key runs the ordinary protocol (lock, re-read of the
+   shared tiers, timing reuse, benchmarks under the device lock, recording) on its snapshot, with
+   the GPU otherwise idle. Nothing else differs in the entry: the same benchmarks pick the winner.
    `autotune_cache.triton.tune_deferred()` does the same at a point the program chooses (a
    workload that times its tuning), and a key launched HOT_LAUNCHES times is tuned at that
    launch (a dump run that is a long workload must not run a provisional config for long).
@@ -155,9 +151,8 @@ def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable
 
 
 def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
-    """Count another launch of a deferred key; at HOT_LAUNCHES, tune it now (each candidate
-    benchmarked as its queued compile finishes) and return the winner; otherwise None (the
-    provisional config stays)."""
+    """Count another launch of a deferred key; at HOT_LAUNCHES, tune it now (waiting for its
+    queued compiles) and return the winner; otherwise None (the provisional config stays)."""
     global _held_bytes
     with _lock:
         found = next((p for p in _pending if p.tuner is tuner and p.memo == memo), None)
@@ -168,6 +163,7 @@ def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
             return None
         _pending.remove(found)
     try:
+        _await_compiles(found)
         _tune(found)
     finally:
         with _lock:
@@ -179,16 +175,17 @@ def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
 
 def finish_all() -> None:
     """Tune every deferred key now (Cache.before_final_dump calls this before the dump's final
-    write; `autotune_cache.triton.tune_deferred` is this): each key's protocol runs on its
-    snapshot as soon as the key's own compiles have finished; later launches of those keys
-    launch their winners. A key that fails is named in the error raised after the others are
-    recorded."""
+    write; `autotune_cache.triton.tune_deferred` is this): wait for all their compiles, then run
+    each key's protocol on its snapshot; later launches of those keys launch their winners. A
+    key that fails is named in the error raised after the others are recorded."""
     global _held_bytes, _queue
     with _lock:
         pending, _pending[:] = list(_pending), []
     try:
+        for p in pending:  # every compile first: no benchmark shares the CPU with a compile
+            _await_compiles(p)
         failed: list[tuple[_Pending, Exception]] = []
-        for p in _compiled_first(pending):
+        for p in pending:
             try:
                 _tune(p)
             except Exception as e:  # noqa: BLE001 - named below, after the other keys
@@ -208,22 +205,10 @@ def finish_all() -> None:
             "in the test that launched it.") from failed[0][1]
 
 
-def _compiled_first(pending: Sequence[_Pending]) -> Iterator[_Pending]:
-    """The deferred keys in the order they are tuned: a key whose compiles have all finished
-    first, else the earliest deferred (its compiles started first); its tuning then screens
-    each candidate as its compile finishes (tune.KernelTuning._benchmark), so the device is
-    not left idle while compiles run. The benchmarks beside the compiles stay exact:
-    bench.GpuBenchmark drops a timed call the device waited in for the host (decision 0026)."""
-    todo = list(pending)
-    while todo:
-        ready = next((p for p in todo if not _running(p)), todo[0])
-        todo.remove(ready)
-        yield ready
-
-
-def _running(pending: _Pending) -> list[Any]:
+def _await_compiles(pending: _Pending) -> None:
     queued = pending.tuning.queued
-    return queued.running() if queued is not None else []
+    assert queued is not None
+    queued.wait(range(len(pending.tuning.configs)))
 
 
 def _tune(pending: _Pending) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune_cache.errors import AutotuneCacheError
@@ -21,7 +21,7 @@ from autotune_cache.store.tuning import Tuned, TuneJob
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import preload
 from autotune_cache.triton.benchlock import device_bench_lock
-from autotune_cache.triton.compile import Compiles, Queued, compile_candidates, failure_reason
+from autotune_cache.triton.compile import Queued, compile_candidates, failure_reason
 from autotune_cache.triton.configs import describe_config, match_text
 from autotune_cache.triton.device import device_identity, interpreter_active
 from autotune_cache.triton.problem import problem_key
@@ -157,14 +157,12 @@ class KernelTuning:
         candidates the configured benchmark timed: bench.halving_stages screens the others out
         with shorter benchmarks first) and the specialization data of those compiled here.
 
-        Tuned at the launch, the benchmarks start once every compile has finished (the
-        costliest started first: compile.compile_cost). A deferred tuning (its compiles queued
-        at the launch, `queued`) screens each candidate as soon as its own compile has
-        finished, while the others compile: the first stage runs beside the compiles. That was
-        tried on the H200 before without the stall check (docs/benchmarks.md, issue 24): one
-        winner came out 3.57 % slower than the best of a careful re-timing, because launches
-        timed while 16 compile threads take turns on the GIL waited on the host inside the
-        timed intervals. bench.GpuBenchmark now drops such calls (decision 0026)."""
+        The benchmarks start once every compile has finished (the costliest started first:
+        compile.compile_cost). Screening each candidate as soon as its compile finished was
+        tried on the H200 (bench/gpu_perf.py; docs/benchmarks.md): the cold workload took
+        0.215x of triton.autotune instead of 0.265x, but one winner came out 3.57 % slower than
+        the best of a careful re-timing, against a 3 % bound. Launches timed while 16 compile
+        threads take turns on the GIL wait on the host, inside the timed intervals."""
         if not todo:
             return {}, 0, set(), {}
         configs, tuner, progress = self.configs, self.tuner, self.progress
@@ -172,40 +170,34 @@ class KernelTuning:
         on_device = self.benchmark.method != "fake" and not interpreter_active()
         failures: dict[int, str] = {}
         specializations: dict[int, str] = {}
-        queued = self.queued if on_device else None
-        first: Iterable[tuple[int, str | None]] = ((i, None) for i in todo)
-        if queued is not None:
-            first = queued.as_finished(todo)  # in the order the compiles finish
-        elif on_device:
-            compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
-                                          [configs[i] for i in todo], self.compile_workers,
-                                          prepare=self.prepare()).reindexed(todo)
-            self._compiled(compiles, len(todo))
+        if on_device:
+            if self.queued is not None:  # indexed by candidate already
+                compiles = self.queued.wait(todo)
+            else:
+                compiles = compile_candidates(tuner.fn, self.args, self.kwargs,
+                                              [configs[i] for i in todo], self.compile_workers,
+                                              prepare=self.prepare()).reindexed(todo)
             failures, specializations = compiles.failures, compiles.specs
-            first = ((i, failures.get(i)) for i in todo)
+            slowest = compiles.slowest()
+            progress.compiled(len(todo), len(failures), compiles.wall,
+                              slowest and (describe_config(configs[slowest[0]]), slowest[1]))
 
         problem = problem_key(tuner.arg_names, tuner.keys, {**tuner.nargs, **self.kwargs})
         timings: dict[int, pb.Timing] = {}
-        alive = [i for i in todo if i not in failures
-                 and not (queued is not None and i in queued.failures)]
+        alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
         with preload.held() if on_device else contextlib.nullcontext(), lock:
             stages = bench_mod.halving_stages(self.benchmark, len(alive))
             for stage, (benchmark, keep) in enumerate(stages):
-                for i, failure in first if stage == 0 else ((i, None) for i in alive):
-                    if failure is not None:
-                        timing = pb.Timing(failure=failure)
+                for i in todo if stage == 0 else alive:
+                    if i in failures:
+                        timing = pb.Timing(failure=failures[i])
                     else:
                         timing = self._measure(benchmark, configs[i], problem)
                     timings[i] = timing
                     if stage == 0:
                         progress.step(describe_config(configs[i]),
                                       None if timing.failure else timing.time_ms, timing.failure)
-                if stage == 0 and queued is not None:  # every compile has finished by now
-                    compiles = queued.wait(todo)
-                    self._compiled(compiles, len(todo))
-                    failures, specializations = compiles.failures, compiles.specs
-                    alive = [i for i in alive if i not in failures]
                 if keep is not None:
                     ranked = sorted((timings[i].time_ms, i) for i in alive
                                     if not timings[i].failure)
@@ -213,11 +205,3 @@ class KernelTuning:
                     alive = [i for _, i in ranked[:survivors]]
         completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
         return timings, completed, set(alive), specializations
-
-    def _compiled(self, compiles: Compiles, count: int) -> None:
-        """Report the compiles of `count` candidates (the progress line names the slowest)."""
-        assert self.progress is not None
-        slowest = compiles.slowest()
-        self.progress.compiled(count, len(compiles.failures), compiles.wall,
-                               slowest and (describe_config(self.configs[slowest[0]]),
-                                            slowest[1]))
