@@ -297,6 +297,8 @@ class Autotuner(_TritonAutotuner):
         if settings.remote_compile_cache and settings.remote_cache:
             # Before this key's first compile (and Triton's launcher build) in this process.
             remote_compile.enable(settings.remote_cache)
+        else:  # reconfigured without the flag, or inherited from a parent that had it
+            remote_compile.disable()
         pruned = self.prune_configs(kwargs)
         if len(pruned) == 1:
             self.configs_timings = {}

@@ -9,6 +9,8 @@ the first machine compiles it and uploads the binaries, every later sandbox down
   2 s timeouts, keys under `autotune_cache:v1:triton:`, and, when the server is down, one warning
   and "not cached" answers, so Triton compiles locally. A TRITON_CACHE_MANAGER the user set wins,
   with a warning.
+- The flags decide at every tuner's slow path: configured without the flag, the process (and
+  the children it starts from then on) stops using the server (`disable`).
 - Values larger than MAX_VALUE_BYTES are neither uploaded nor used.
 - Compiled kernels are code: only turn this on for a server the fleet controls (docs/security.md).
 (docs/decisions/0011-remote-compile-cache.md)
@@ -64,6 +66,21 @@ def enable(url: str) -> bool:
     environ[TRITON_CACHE_MANAGER] = REMOTE_MANAGER
     environ[TRITON_REMOTE_CACHE_BACKEND] = BACKEND
     return True
+
+
+def disable() -> None:
+    """Undo `enable` when the flags no longer ask for it (a process reconfigured without
+    --autotune_remote_compile_cache, or a child whose AUTOTUNE_FLAGS dropped it): Triton's two
+    variables are removed only while they still name our backend, so a user's own cache manager
+    is never touched, and the next `enable` connects afresh."""
+    global _url, _client, _available
+    environ = env.environ()
+    if (environ.get(TRITON_CACHE_MANAGER) == REMOTE_MANAGER
+            and environ.get(TRITON_REMOTE_CACHE_BACKEND) == BACKEND):
+        del environ[TRITON_CACHE_MANAGER]
+        del environ[TRITON_REMOTE_CACHE_BACKEND]
+    with _lock:
+        _url, _client, _available = None, None, True
 
 
 def _connect() -> Any:

@@ -139,3 +139,27 @@ def test_the_tuner_turns_it_on_before_its_first_compile(server, triton_env, use_
     kernels.launch_add(kernels.tuned_add())
     assert env.get(remote_compile.TRITON_CACHE_MANAGER) == remote_compile.REMOTE_MANAGER
     assert env.get(remote_compile.TRITON_REMOTE_CACHE_BACKEND) == remote_compile.BACKEND
+
+
+def test_reconfigured_without_the_flag_the_server_is_no_longer_used(server, triton_env,
+                                                                     use_cache, fake):
+    """A long-lived process (or a test session) that configures again without the flag stops
+    sending its compiles to the server, and its children no longer inherit it."""
+    from tests.triton import kernels
+
+    use_cache(remote_cache=server, remote_compile_cache=True)
+    fake({16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0})
+    kernels.launch_add(kernels.tuned_add())
+    assert env.get(remote_compile.TRITON_CACHE_MANAGER) == remote_compile.REMOTE_MANAGER
+    use_cache(remote_cache=server)
+    fake({16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0})
+    kernels.launch_add(kernels.tuned_add(), n=96)
+    assert env.get(remote_compile.TRITON_CACHE_MANAGER) == ""
+    assert env.get(remote_compile.TRITON_REMOTE_CACHE_BACKEND) == ""
+    assert remote_compile._url is None
+
+
+def test_disabling_keeps_the_users_own_cache_manager(triton_env):
+    triton_env.setenv(remote_compile.TRITON_CACHE_MANAGER, "mine:Manager")
+    remote_compile.disable()
+    assert env.get(remote_compile.TRITON_CACHE_MANAGER) == "mine:Manager"
