@@ -53,6 +53,7 @@ from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.dumpfile import DumpFile
+from autotune_cache.store.stats import deferred_note
 
 
 @dataclass(frozen=True)
@@ -367,8 +368,7 @@ def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]
     if stats["tuned"]:
         line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
     if stats["deferred"]:
-        line += (f" ({int(stats['deferred'])} of them at the end of the run, provisional configs "
-                 "launched meanwhile)")
+        line += deferred_note(int(stats["deferred"]))
     if stats["peer_results"]:
         line += f", {int(stats['peer_results'])} tuned by another process while this one waited"
     if workers:

@@ -112,8 +112,7 @@ class Stats:
         if self.tuned:
             line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
         if self.deferred:
-            line += (f" ({self.deferred} of them at the end of the run, provisional configs "
-                     "launched meanwhile)")
+            line += deferred_note(self.deferred)
         if self.warmups_recorded:
             line += (f", recorded {self.warmups_recorded} plain @triton.jit specialization(s) "
                      "to compile ahead")
@@ -158,3 +157,9 @@ class Stats:
             except OSError as e:
                 print(f"autotune_cache: could not write {REPORT_NAME} to {outputs}: {e}",
                       file=sys.stderr)
+
+
+def deferred_note(count: int) -> str:
+    """What the summary adds after the tuned keys when `count` of them were tuned at the end of
+    a dump run (triton/deferred.py); the exit line and pytest's summary share it."""
+    return f" ({count} of them at the end of the run, provisional configs launched meanwhile)"

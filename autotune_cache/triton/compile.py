@@ -266,6 +266,18 @@ def _specialise(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], con
     return kernel.run(*args, grid=None, warmup=True, **candidate_kwargs(kwargs, config))
 
 
+def _finish(kernel: Any) -> str | None:
+    """Wait for `kernel` when it is a compile under AsyncCompileMode and finish it into the
+    JITFunction's in-memory cache (so launches find it); the failure reason of a compile that
+    failed (it fails only its config), else None."""
+    if hasattr(kernel, "result"):
+        try:
+            kernel.result()
+        except Exception as e:
+            return failure_reason(e)
+    return None
+
+
 def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                        configs: Sequence[Any], workers: int,
                        prepare: Prepare | None = None) -> Compiles:
@@ -315,11 +327,9 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
                         timed.current = i
                         futures[i] = specialise(i)
                 for i, future in futures.items():
-                    if hasattr(future, "result"):
-                        try:
-                            future.result()
-                        except Exception as e:
-                            compiles.failures[i] = failure_reason(e)
+                    reason = _finish(future)
+                    if reason is not None:
+                        compiles.failures[i] = reason
     compiles.wall = time.perf_counter() - started
     return compiles
 
@@ -346,12 +356,9 @@ class Queued:
             if i in self.failures:
                 compiles.failures[i] = self.failures[i]
                 continue
-            kernel = self.kernels.get(i)
-            if hasattr(kernel, "result"):
-                try:
-                    kernel.result()
-                except Exception as e:  # a compile error fails only its config
-                    compiles.failures[i] = failure_reason(e)
+            reason = _finish(self.kernels.get(i))
+            if reason is not None:
+                compiles.failures[i] = reason
             if i in self.seconds:
                 compiles.seconds[i] = self.seconds[i]
         compiles.wall = time.perf_counter() - self.started

@@ -75,10 +75,11 @@ def disable() -> None:
     is never touched, and the next `enable` connects afresh."""
     global _url, _client, _available
     environ = env.environ()
-    if (environ.get(TRITON_CACHE_MANAGER) == REMOTE_MANAGER
-            and environ.get(TRITON_REMOTE_CACHE_BACKEND) == BACKEND):
-        del environ[TRITON_CACHE_MANAGER]
-        del environ[TRITON_REMOTE_CACHE_BACKEND]
+    if (environ.get(TRITON_CACHE_MANAGER) != REMOTE_MANAGER
+            or environ.get(TRITON_REMOTE_CACHE_BACKEND) != BACKEND):
+        return
+    del environ[TRITON_CACHE_MANAGER]
+    del environ[TRITON_REMOTE_CACHE_BACKEND]
     with _lock:
         _url, _client, _available = None, None, True
 
