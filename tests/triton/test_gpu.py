@@ -107,3 +107,67 @@ def test_gpu_only_arguments(tmp_path: Path) -> None:
     assert out["cuda_graph"] == {"method": "cuda_graph(rep=20)", "correct": True}
     assert out["reset_to_zero_correct"] and out["restore_value_correct"]
     assert out["ir_override"] == {"best_is_override": True, "correct": True, "failures": []}
+
+
+# A user's test module, written the way public projects write their kernels: a plain
+# triton.autotune, routed by the plugin's --autotune-all-kernels. Four tests over two keys, so
+# that under `pytest -n 2` both workers launch (and defer) the same keys.
+_XDIST_SUITE = '''
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w)
+                          for b in (256, 512, 1024, 2048) for w in (2, 4)], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
+
+
+@pytest.mark.parametrize("n", [1 << 16, 1 << 20, 1 << 16, 1 << 20])
+def test_scale(n):
+    x = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    torch.testing.assert_close(out, x * 3.0)
+'''
+
+
+def _pytest_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "AUTOTUNE_FLAGS")}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "autotune_cache.pytest_plugin", "--autotune-all-kernels",
+                           *args, "test_user_suite.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_an_xdist_dump_run_defers_in_each_worker_and_reloads_complete(tmp_path: Path) -> None:
+    """`pytest -n 2 --autotune-dump` on a GPU: both workers launch the same two keys, defer them,
+    and tune them at their session ends through the shared cache directory, so the controller
+    merges one entry per key (real timings differ between workers: two tunings of a key would be
+    refused); a second run loads the merged dump with --autotune-require-complete and times
+    nothing."""
+    pytest.importorskip("xdist", reason="needs pytest-xdist")
+    (tmp_path / "test_user_suite.py").write_text(_XDIST_SUITE)
+    dump = tmp_path / "suite.autotune.textproto"
+    first = _pytest_suite(tmp_path, "-n", "2", f"--autotune-dump={dump}")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "4 passed" in first.stdout
+    entries = load_results(dump)
+    assert len(entries) == 2, [e.key.problem for e in entries]
+    assert {e.key.kernel for e in entries} == {"test_user_suite.scale_kernel"}
+    assert len({e.key.problem for e in entries}) == 2
+    assert all(e.result.timing_method == "do_bench" for e in entries)
+    assert "at the end of the run" in first.stdout, first.stdout[-2000:]
+    second = _pytest_suite(tmp_path, "-n", "2", f"--autotune-load={dump}",
+                           "--autotune-require-complete")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "4 passed" in second.stdout
+    assert "0 misses" in second.stdout and "0 benchmarks" in second.stdout, second.stdout[-2000:]
