@@ -53,7 +53,7 @@ from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.dumpfile import DumpFile
-from autotune_cache.store.stats import deferred_note
+from autotune_cache.store.stats import outcome_clauses
 
 
 @dataclass(frozen=True)
@@ -344,19 +344,24 @@ class MissRecorder:
 # ----- summaries ---------------------------------------------------------------------------------
 
 _COUNTERS = ("hits", "misses", "stale", "candidates_changed", "tuned", "peer_results",
-             "benchmarks", "tuning_seconds", "saved_seconds", "deferred")
+             "benchmarks", "tuning_seconds", "saved_seconds", "deferred", "warmups_recorded",
+             "warmups_ahead")
 
 
-def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """The sum of several processes' Stats.as_dict() counters."""
-    total: dict[str, float] = dict.fromkeys(_COUNTERS, 0)
+def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The sum of several processes' Stats.as_dict() counters, and the union of their kernels
+    left on Triton's autotuner."""
+    total: dict[str, Any] = dict.fromkeys(_COUNTERS, 0)
+    on_triton: set[str] = set()
     for part in parts:
         for name in _COUNTERS:
             total[name] += part.get(name, 0)
+        on_triton.update(part.get("kernels_on_triton", ()))
+    total["kernels_on_triton"] = sorted(on_triton)
     return total
 
 
-def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]],
+def summary_lines(stats: Mapping[str, Any], misses: Sequence[Mapping[str, Any]],
                   workers: int = 0) -> list[str]:
     """The terminal-summary section: counters, then which tests missed which kernels."""
     why = f"{int(stats['stale'])} stale"
@@ -364,13 +369,7 @@ def summary_lines(stats: Mapping[str, float], misses: Sequence[Mapping[str, Any]
         why += f", {int(stats['candidates_changed'])} after a candidate-list change"
     line = (f"{int(stats['hits'])} hits, {int(stats['misses'])} misses ({why}), "
             f"{int(stats['benchmarks'])} benchmarks, saved ~{stats['saved_seconds']:.1f} s of "
-            "tuning")
-    if stats["tuned"]:
-        line += f", spent {stats['tuning_seconds']:.1f} s tuning {int(stats['tuned'])} keys"
-    if stats["deferred"]:
-        line += deferred_note(int(stats["deferred"]))
-    if stats["peer_results"]:
-        line += f", {int(stats['peer_results'])} tuned by another process while this one waited"
+            "tuning") + outcome_clauses(stats)
     if workers:
         line += f" (over {workers} xdist workers)"
     lines = [line]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from autotune_cache.foundation import console, env
 
@@ -107,24 +108,7 @@ class Stats:
                 f"{self.benchmarks} benchmarks, saved ~{self.saved_seconds:.1f} s of tuning")
         if self.candidates_changed:
             line += f", {self.candidates_changed} after a candidate-list change"
-        if self.peer_results:
-            line += f", {self.peer_results} tuned by another process while this one waited"
-        if self.tuned:
-            line += f", spent {self.tuning_seconds:.1f} s tuning {self.tuned} keys"
-        if self.deferred:
-            line += deferred_note(self.deferred)
-        if self.warmups_recorded:
-            line += (f", recorded {self.warmups_recorded} plain @triton.jit specialization(s) "
-                     "to compile ahead")
-        if self.warmups_ahead:
-            line += (f", queued {self.warmups_ahead} plain @triton.jit specialization(s) to "
-                     "compile ahead")
-        if self.kernels_on_triton:
-            names = sorted(self.kernels_on_triton)
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            line += (f"; {len(names)} autotuned kernel(s) stayed on Triton's own autotuner, "
-                     f"uncached: {shown}")
-        return line
+        return line + outcome_clauses(self.as_dict())
 
     def as_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
@@ -159,7 +143,32 @@ class Stats:
                       file=sys.stderr)
 
 
-def deferred_note(count: int) -> str:
-    """What the summary adds after the tuned keys when `count` of them were tuned at the end of
-    a dump run (triton/deferred.py); the exit line and pytest's summary share it."""
-    return f" ({count} of them at the end of the run, provisional configs launched meanwhile)"
+def outcome_clauses(counts: Mapping[str, Any]) -> str:
+    """The clauses after the hit/miss counters that the exit line (Stats.summary_line) and
+    pytest's summary (summed over xdist workers) share: results from a peer, the tuning, how
+    much of it a dump run deferred to its end, plain @triton.jit warm-ups, and autotuned
+    kernels left on Triton. `counts` holds Stats.as_dict()'s keys (absent ones count 0)."""
+
+    def count(name: str) -> int:
+        return int(counts.get(name, 0))
+
+    text = ""
+    if count("peer_results"):
+        text += f", {count('peer_results')} tuned by another process while this one waited"
+    if count("tuned"):
+        text += f", spent {counts.get('tuning_seconds', 0.0):.1f} s tuning {count('tuned')} keys"
+    if count("deferred"):
+        text += (f" ({count('deferred')} of them at the end of the run, provisional configs "
+                 "launched meanwhile)")
+    if count("warmups_recorded"):
+        text += (f", recorded {count('warmups_recorded')} plain @triton.jit specialization(s) "
+                 "to compile ahead")
+    if count("warmups_ahead"):
+        text += (f", queued {count('warmups_ahead')} plain @triton.jit specialization(s) to "
+                 "compile ahead")
+    names = sorted(counts.get("kernels_on_triton", ()))
+    if names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        text += (f"; {len(names)} autotuned kernel(s) stayed on Triton's own autotuner, "
+                 f"uncached: {shown}")
+    return text

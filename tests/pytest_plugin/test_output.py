@@ -97,3 +97,26 @@ console.say("autotune_cache: a line after pytest.main")
     err = result.stderr.str()
     assert "autotune_cache: a line after pytest.main" in err
     assert "autotune_cache: 1 hits, 3 misses" not in err
+
+
+def test_the_summary_over_xdist_workers_keeps_every_clause_of_the_exit_line():
+    """pytest's summary (summed over workers) said nothing of plain @triton.jit warm-ups or of
+    kernels left on Triton's autotuner, which the exit line it replaces does say."""
+    from autotune_cache.pytest_plugin import add_stats, summary_lines
+    from autotune_cache.store.stats import Stats
+
+    gw0, gw1 = Stats(hits=2, warmups_recorded=3), Stats(misses=1, tuned=1, tuning_seconds=1.5,
+                                                        benchmarks=4, deferred=1)
+    gw0.left_on_triton(["lib.a_kernel"])
+    gw1.left_on_triton(["lib.a_kernel", "lib.b_kernel"])
+    gw1.warmups_queued(5)
+    [line] = summary_lines(add_stats([gw0.as_dict(), gw1.as_dict()]), [], workers=2)
+    assert line == (
+        "2 hits, 1 misses (0 stale), 4 benchmarks, saved ~0.0 s of tuning, spent 1.5 s tuning "
+        "1 keys (1 of them at the end of the run, provisional configs launched meanwhile), "
+        "recorded 3 plain @triton.jit specialization(s) to compile ahead, queued 5 plain "
+        "@triton.jit specialization(s) to compile ahead; 2 autotuned kernel(s) stayed on "
+        "Triton's own autotuner, uncached: lib.a_kernel, lib.b_kernel (over 2 xdist workers)")
+    # One process: the same clauses as its exit line, after the counters.
+    [alone] = summary_lines(gw1.as_dict(), [])
+    assert alone.split("of tuning", 1)[1] == gw1.summary_line().split("of tuning", 1)[1]
