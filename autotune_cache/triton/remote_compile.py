@@ -10,7 +10,9 @@ the first machine compiles it and uploads the binaries, every later sandbox down
   and "not cached" answers, so Triton compiles locally. A TRITON_CACHE_MANAGER the user set wins,
   with a warning.
 - The flags decide at every tuner's slow path: configured without the flag, the process (and
-  the children it starts from then on) stops using the server (`disable`).
+  the children it starts from then on) stops using the server (`disable`). A child process that
+  inherited the variables decides from its own AUTOTUNE_FLAGS at its first compile: without the
+  flag it compiles locally and removes them for its own children.
 - Values larger than MAX_VALUE_BYTES are neither uploaded nor used.
 - Compiled kernels are code: only turn this on for a server the fleet controls (docs/security.md).
 (docs/decisions/0011-remote-compile-cache.md)
@@ -85,31 +87,37 @@ def disable() -> None:
 
 
 def _connect() -> Any:
-    """The process's one client (a connection pool), made on first use."""
+    """The process's one client (a connection pool), made on first use; None in a process
+    that inherited Triton's variables while its own flags do not ask for the server."""
     global _client, _errors, _url
     with _lock:
         if _client is not None:
             return _client
         if _url is None:
-            # A child process that inherited Triton's variables but not our call: the flags are
-            # in its environment too.
+            # A child process that inherited Triton's variables but not our call: its flags
+            # (AUTOTUNE_FLAGS, inherited or its own) decide, as the tuner's slow path would.
             from autotune_cache.config.flags import settings_from_env
 
-            _url = settings_from_env().remote_cache
-            if _url is None:
-                raise FlagError(
-                    f"{TRITON_REMOTE_CACHE_BACKEND}={BACKEND} needs "
-                    "--autotune_remote_cache=redis://HOST:PORT[/DB] in AUTOTUNE_FLAGS")
-        import redis
+            settings = settings_from_env()
+            _url = settings.remote_cache if settings.remote_compile_cache else None
+        if _url is not None:
+            import redis
 
-        _errors = (redis.exceptions.RedisError,)
-        try:
-            _client = redis.Redis.from_url(_url, socket_timeout=TIMEOUT_S,
-                                           socket_connect_timeout=TIMEOUT_S)
-        except ValueError as e:
-            raise FlagError(redact(f"--autotune_remote_cache={_url}: not a Redis URL ({e}); "
-                                   "use redis://HOST:PORT[/DB]")) from e
-        return _client
+            _errors = (redis.exceptions.RedisError,)
+            try:
+                _client = redis.Redis.from_url(_url, socket_timeout=TIMEOUT_S,
+                                               socket_connect_timeout=TIMEOUT_S)
+            except ValueError as e:
+                raise FlagError(redact(f"--autotune_remote_cache={_url}: not a Redis URL "
+                                       f"({e}); use redis://HOST:PORT[/DB]")) from e
+            return _client
+    # Not asked for here: this compile is answered "not cached" (Triton compiles it and files
+    # it locally), and the variables are removed, so that this process's later compiles and the
+    # children it starts use Triton's local cache.
+    log.debug("autotune_cache: %s is inherited, but this process's flags do not set "
+              "--autotune_remote_compile_cache; compiling locally", TRITON_CACHE_MANAGER)
+    disable()
+    return None
 
 
 def _down(error: BaseException) -> None:
@@ -127,7 +135,7 @@ class RedisCompileBackend(RemoteCacheBackend):
 
     def __init__(self, key: str) -> None:
         self._key = key
-        self._client = _connect()
+        self._client = _connect()  # None: answer "not cached", store nothing
 
     def _name(self, filename: str) -> str:
         return f"{NAMESPACE}:{self._key}:{filename}"
@@ -136,7 +144,7 @@ class RedisCompileBackend(RemoteCacheBackend):
         """The files the server has, by name; {} when it is down. Each value is read only after
         its length (STRLEN) says it fits in MAX_VALUE_BYTES, and then at most that many bytes
         (GETRANGE): a larger or foreign value is never downloaded, and Triton compiles it."""
-        if not _available:
+        if not _available or self._client is None:
             return {}
         names = [self._name(f) for f in filenames]
         try:
@@ -160,7 +168,7 @@ class RedisCompileBackend(RemoteCacheBackend):
 
     def put(self, filename: str, data: bytes) -> None:
         """Upload one file (best effort)."""
-        if not _available or len(data) > MAX_VALUE_BYTES:
+        if not _available or self._client is None or len(data) > MAX_VALUE_BYTES:
             return
         try:
             self._client.set(self._name(filename), data)

@@ -6,7 +6,12 @@ server and materialises in its own local cache, as Triton's compiler does on a f
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +24,7 @@ from tests.core.test_tiers_redis import free_port, redis_server
 pytest.importorskip("redis", reason="the redis client is not installed (extra 'redis')")
 from triton.runtime.cache import RemoteCacheManager, get_cache_manager  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL_HASH = "ab" * 32  # Triton's cache keys are hex hashes
 
 
@@ -163,3 +169,61 @@ def test_disabling_keeps_the_users_own_cache_manager(triton_env):
     triton_env.setenv(remote_compile.TRITON_CACHE_MANAGER, "mine:Manager")
     remote_compile.disable()
     assert env.get(remote_compile.TRITON_CACHE_MANAGER) == "mine:Manager"
+
+
+# A child process started by a parent that enabled the remote compile cache: it inherits
+# Triton's two variables, and its own AUTOTUNE_FLAGS say whether it wants the server.
+CHILD = r"""
+import json, os, sys
+from triton.runtime.cache import get_cache_manager
+first = get_cache_manager(sys.argv[1])
+first.put(b"child", sys.argv[2])
+second = get_cache_manager(sys.argv[1])
+print(json.dumps({"first": type(first).__name__, "second": type(second).__name__,
+                  "found_again": second.get_file(sys.argv[2]) is not None,
+                  "manager_left": os.environ.get("TRITON_CACHE_MANAGER", "")}))
+"""
+
+
+def _child(server_flags: str, filename: str, tmp_path) -> dict:
+    """Run CHILD: it files `filename` under a kernel hash of its own TRITON_CACHE_DIR."""
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    environment.update(AUTOTUNE_FLAGS=server_flags, TRITON_CACHE_DIR=str(tmp_path / filename),
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                                os.environ.get("PYTHONPATH")])),
+                       **{remote_compile.TRITON_CACHE_MANAGER: remote_compile.REMOTE_MANAGER,
+                          remote_compile.TRITON_REMOTE_CACHE_BACKEND: remote_compile.BACKEND})
+    proc = subprocess.run([sys.executable, "-c", CHILD, KERNEL_HASH, filename], env=environment,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _uploaded(server: str, filename: str) -> list[bytes]:
+    import redis
+
+    client = redis.Redis.from_url(server)
+    return sorted(client.scan_iter(f"{remote_compile.NAMESPACE}:*:{filename}"))
+
+
+@pytest.mark.parametrize("flags", ["results", "none"])
+def test_a_child_whose_flags_drop_it_compiles_locally(server, triton_env, tmp_path, flags):
+    """A child that inherited the variables but whose AUTOTUNE_FLAGS keep only the results
+    server, or set nothing, neither uploads nor asks the server (it used to send its compiles
+    there, or fail with a FlagError without --autotune_remote_cache), keeps what it compiled in
+    its local cache, and removes the variables for its own children."""
+    filename = f"child-{flags}.cubin"
+    text = f"--autotune_remote_cache={server}" if flags == "results" else ""
+    out = _child(text, filename, tmp_path)
+    assert _uploaded(server, filename) == []
+    assert out == {"first": "RemoteCacheManager", "second": "FileCacheManager",
+                   "found_again": True, "manager_left": ""}
+
+
+def test_a_child_whose_flags_keep_it_uploads(server, triton_env, tmp_path):
+    filename = "child-compile.cubin"
+    out = _child(f"--autotune_remote_cache={server} --autotune_remote_compile_cache",
+                 filename, tmp_path)
+    assert len(_uploaded(server, filename)) == 1
+    assert out["first"] == out["second"] == "RemoteCacheManager" and out["found_again"]
+    assert out["manager_left"] == remote_compile.REMOTE_MANAGER
