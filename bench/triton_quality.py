@@ -9,6 +9,12 @@ and `--rep` ms each), its time being the median of those runs; then each tuner's
 compared with the fastest: its slowdown in percent, and whether the tuners agree. Run it with
 the compile cache the tuning runs left, so nothing here compiles twice.
 
+The runs are interleaved: each round times every config once, from a rotated start. Until the
+seventh session of issue 24 each config's runs were timed back to back, which let the device's
+drift over the sweep decide between configs 1-2 % apart: one H200 run read the 4096^3 shape's
+two leaders 7.5 % apart, where bench/tuning_repeatability.py, timing them interleaved, put them
+0.7-1.6 % apart.
+
 Prints `RESULT {json}`. Under TRITON_INTERPRET=1 the times are host wall clock of one launch.
 """
 
@@ -48,28 +54,34 @@ def main() -> int:
         call_args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                      c.stride(0), c.stride(1))
         times: dict[str, float] = {}
+        launches = {}
         for config in w.CONFIGS:
             def launch(config=config, m=m, n=n, call_args=call_args) -> None:
                 def grid(meta):
                     return (-(-m // meta["BM"]) * -(-n // meta["BN"]),)
                 fn[grid](*call_args, **config.all_kwargs())
-
             try:
                 launch()
-                if w.INTERPRET:
-                    samples = []
-                    for _ in range(args.runs):
-                        started = time.perf_counter()
-                        launch()
-                        samples.append((time.perf_counter() - started) * 1e3)
-                else:
-                    samples = [triton.testing.do_bench(launch, warmup=args.warmup,
-                                                       rep=args.rep, return_mode="median")
-                               for _ in range(args.runs)]
-                times[str(config)] = statistics.median(samples)
+                launches[str(config)] = launch
             except Exception as e:  # out of resources: not a candidate on this GPU
                 times[str(config)] = float("inf")
                 print(f"{config}: {type(e).__name__}: {str(e)[-300:]}", file=sys.stderr)
+        # Interleaved: each round times every config once, from a rotated start, so a drift of
+        # the device over the sweep (clocks, power) is spread over all configs instead of
+        # favouring those timed in its fast stretch.
+        names = list(launches)
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.runs):
+            start = r * len(names) // args.runs
+            for name in names[start:] + names[:start]:
+                if w.INTERPRET:
+                    started = time.perf_counter()
+                    launches[name]()
+                    samples[name].append((time.perf_counter() - started) * 1e3)
+                else:
+                    samples[name].append(triton.testing.do_bench(
+                        launches[name], warmup=args.warmup, rep=args.rep, return_mode="median"))
+        times.update({name: statistics.median(s) for name, s in samples.items()})
         best_name = min(times, key=times.__getitem__)
         shape = f"{m},{n},{k}"
         row: dict = {"shape": shape, "best": best_name, "best_ms": round(times[best_name], 5),

@@ -1,0 +1,131 @@
+"""How often does a fresh tuning of one shape pick a winner more than 3 % off? (scenario D)
+
+    python3 bench/tuning_repeatability.py OUT_DIR [--tunings 6] [--shape 4096,4096,4096]
+
+Scenario D (bench/gpu_perf.py) tunes each workload shape once per tuner and re-times every
+candidate afterwards, so one run says little about how often a tuner's pick is off. Here, in
+one process on one GPU, the brief's 48-config matmul is tuned `--tunings` times for one shape
+by ours (a fresh cache each time, tuned at the launch) and by triton.autotune (a fresh
+decorator each time, so nothing is remembered); the compiles are shared, so this is benchmark
+noise only. Then every distinct winner, plus the best two of a first careful pass over all
+candidates, is re-timed carefully, interleaved: `--rounds` rounds, each timing every one of them
+once with do_bench (warmup 10 ms, rep 25 ms, median), in a rotated order; a config's time is
+its median over the rounds. Each tuning's pick is then reported as its slowdown against the
+fastest. Writes OUT_DIR/tuning_repeatability.{json,md}; only meaningful on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import triton_matmul_workload as w  # noqa: E402, I001  (first: it picks the interpreter)
+
+from autotune_cache import configure, parse_flags  # noqa: E402
+
+triton = w.triton
+
+
+def _name(config) -> str:
+    return str(config)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tunings", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--shape", default="4096,4096,4096")
+    args = parser.parse_args()
+    if w.INTERPRET:
+        print("tuning_repeatability: no CUDA GPU; nothing to measure", file=sys.stderr)
+        return 0
+    import torch
+
+    m, n, k = (int(x) for x in args.shape.split(","))
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float16)
+    b = torch.randn(k, n, device="cuda", generator=gen).to(torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    call_args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1))
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
+
+    picks: dict[str, list[str]] = {"ours": [], "triton": []}
+    seconds: dict[str, list[float]] = {"ours": [], "triton": []}
+    for tuner in ("ours", "triton") * args.tunings:
+        if tuner == "ours":
+            configure(parse_flags("", env={}))  # a fresh cache: nothing remembered
+        kernel = w.build(tuner)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        kernel[grid](*call_args)
+        torch.cuda.synchronize()
+        seconds[tuner].append(round(time.perf_counter() - started, 3))
+        picks[tuner].append(_name(kernel.best_config))
+        print(f"{tuner}: {picks[tuner][-1]} ({seconds[tuner][-1]} s)", flush=True)
+
+    def launch_of(config):
+        def launch() -> None:
+            w.mm[grid](*call_args, **config.all_kwargs())
+        return launch
+
+    by_name = {_name(cfg): cfg for cfg in w.CONFIGS}
+    first_pass = {}
+    for name, cfg in by_name.items():
+        try:
+            first_pass[name] = triton.testing.do_bench(launch_of(cfg), warmup=10, rep=25,
+                                                       return_mode="median")
+        except Exception:  # out of resources: not a candidate here
+            continue
+    leaders = sorted(first_pass, key=first_pass.__getitem__)[:2]
+    timed = sorted(set(leaders) | {p for ps in picks.values() for p in ps})
+    samples: dict[str, list[float]] = {name: [] for name in timed}
+    for r in range(args.rounds):
+        order = timed[r % len(timed):] + timed[:r % len(timed)]
+        for name in order:
+            samples[name].append(triton.testing.do_bench(launch_of(by_name[name]), warmup=10,
+                                                         rep=25, return_mode="median"))
+    careful = {name: statistics.median(s) for name, s in samples.items()}
+    best = min(careful, key=careful.__getitem__)
+
+    def slowdown(name: str) -> float:
+        return round((careful[name] / careful[best] - 1) * 100, 2)
+
+    result = {
+        "device": torch.cuda.get_device_name(), "triton": triton.__version__,
+        "shape": args.shape, "tunings": args.tunings, "rounds": args.rounds,
+        "careful_ms": {name: round(t, 5) for name, t in careful.items()}, "best": best,
+        "picks": {t: [{"config": p, "slowdown_pct": slowdown(p)} for p in ps]
+                  for t, ps in picks.items()},
+        "tuning_seconds": seconds,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tuning_repeatability.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = [f"# tuning_repeatability: {result['device']}, Triton {triton.__version__}, shape "
+             f"{args.shape}, {args.tunings} tunings each, {args.rounds} interleaved rounds", "",
+             "| config | careful ms | slowdown | picked by ours | picked by triton.autotune |",
+             "| --- | --- | --- | --- | --- |"]
+    for name in sorted(careful, key=careful.__getitem__):
+        lines.append(f"| {name} | {careful[name]:.5f} | {slowdown(name)} % | "
+                     f"{picks['ours'].count(name)} | {picks['triton'].count(name)} |")
+    for tuner, ps in picks.items():
+        off = sum(1 for p in ps if slowdown(p) > 3)
+        lines.append(f"\n{tuner}: {off} of {len(ps)} picks more than 3 % off; worst "
+                     f"{max(slowdown(p) for p in ps)} %; tuning s {seconds[tuner]}")
+    (args.out / "tuning_repeatability.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
