@@ -5,13 +5,15 @@
 Scenario D (bench/gpu_perf.py) tunes each workload shape once per tuner and re-times every
 candidate afterwards, so one run says little about how often a tuner's pick is off. Here, in
 one process on one GPU, the brief's 48-config matmul is tuned `--tunings` times for one shape
-by ours (a fresh cache each time, tuned at the launch) and by triton.autotune (a fresh
-decorator each time, so nothing is remembered); the compiles are shared, so this is benchmark
-noise only. Then every distinct winner, plus the best two of a first careful pass over all
-candidates, is re-timed carefully, interleaved: `--rounds` rounds, each timing every one of them
-once with do_bench (warmup 10 ms, rep 25 ms, median), in a rotated order; a config's time is
-its median over the rounds. Each tuning's pick is then reported as its slowdown against the
-fastest. Writes OUT_DIR/tuning_repeatability.{json,md}; only meaningful on a GPU.
+by each of `--tuners`: ours (a fresh cache each time, tuned at the launch), ours in a dump run
+(the key deferred and tuned on its snapshot by tune_deferred(), as a regen does), and
+triton.autotune (a fresh decorator each time, so nothing is remembered); the compiles are
+shared, so this is benchmark noise only. Then every distinct winner, plus the best two of a
+first careful pass over all candidates, is re-timed carefully, interleaved: `--rounds` rounds,
+each timing every one of them once with do_bench (warmup 10 ms, rep 25 ms, median), in a
+rotated order; a config's time is its median over the rounds. Each tuning's pick is then
+reported as its slowdown against the fastest. Writes OUT_DIR/tuning_repeatability.{json,md};
+only meaningful on a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_matmul_workload as w  # noqa: E402, I001  (first: it picks the interpreter)
 
 from autotune_cache import configure, parse_flags  # noqa: E402
+from autotune_cache.triton import tune_deferred  # noqa: E402
 
 triton = w.triton
 
@@ -43,7 +47,11 @@ def main() -> int:
     parser.add_argument("--tunings", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--shape", default="4096,4096,4096")
+    parser.add_argument("--tuners", default="ours,triton",
+                        help="comma-separated, of: ours (tuned at the launch), ours-deferred (a "
+                             "dump run: tuned at tune_deferred() on its snapshot), triton")
     args = parser.parse_args()
+    tuners = args.tuners.split(",")
     if w.INTERPRET:
         print("tuning_repeatability: no CUDA GPU; nothing to measure", file=sys.stderr)
         return 0
@@ -60,15 +68,20 @@ def main() -> int:
     def grid(meta):
         return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
 
-    picks: dict[str, list[str]] = {"ours": [], "triton": []}
-    seconds: dict[str, list[float]] = {"ours": [], "triton": []}
-    for tuner in ("ours", "triton") * args.tunings:
+    picks: dict[str, list[str]] = {t: [] for t in tuners}
+    seconds: dict[str, list[float]] = {t: [] for t in tuners}
+    scratch = Path(tempfile.mkdtemp(prefix="tuning_repeatability-"))
+    for i, tuner in enumerate(tuners * args.tunings):
         if tuner == "ours":
             configure(parse_flags("", env={}))  # a fresh cache: nothing remembered
-        kernel = w.build(tuner)
+        elif tuner == "ours-deferred":
+            configure(parse_flags(f"--dump_autotune_results_to={scratch}/{i}.textproto", env={}))
+        kernel = w.build("triton" if tuner == "triton" else "ours")
         torch.cuda.synchronize()
         started = time.perf_counter()
         kernel[grid](*call_args)
+        if tuner == "ours-deferred":
+            tune_deferred()
         torch.cuda.synchronize()
         seconds[tuner].append(round(time.perf_counter() - started, 3))
         picks[tuner].append(_name(kernel.best_config))
@@ -105,6 +118,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(), "triton": triton.__version__,
         "shape": args.shape, "tunings": args.tunings, "rounds": args.rounds,
         "careful_ms": {name: round(t, 5) for name, t in careful.items()}, "best": best,
+        "first_pass_ms": {name: round(t, 5) for name, t in first_pass.items()},
         "picks": {t: [{"config": p, "slowdown_pct": slowdown(p)} for p in ps]
                   for t, ps in picks.items()},
         "tuning_seconds": seconds,
@@ -113,11 +127,13 @@ def main() -> int:
     (args.out / "tuning_repeatability.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"# tuning_repeatability: {result['device']}, Triton {triton.__version__}, shape "
              f"{args.shape}, {args.tunings} tunings each, {args.rounds} interleaved rounds", "",
-             "| config | careful ms | slowdown | picked by ours | picked by triton.autotune |",
-             "| --- | --- | --- | --- | --- |"]
+             "| config | first pass ms | careful ms | slowdown | "
+             + " | ".join(f"picked by {t}" for t in tuners) + " |",
+             "| --- | --- | --- | --- |" + " --- |" * len(tuners)]
     for name in sorted(careful, key=careful.__getitem__):
-        lines.append(f"| {name} | {careful[name]:.5f} | {slowdown(name)} % | "
-                     f"{picks['ours'].count(name)} | {picks['triton'].count(name)} |")
+        lines.append(f"| {name} | {first_pass[name]:.5f} | {careful[name]:.5f} | "
+                     f"{slowdown(name)} % | "
+                     + " | ".join(str(picks[t].count(name)) for t in tuners) + " |")
     for tuner, ps in picks.items():
         off = sum(1 for p in ps if slowdown(p) > 3)
         lines.append(f"\n{tuner}: {off} of {len(ps)} picks more than 3 % off; worst "
