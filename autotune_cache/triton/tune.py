@@ -159,10 +159,10 @@ class KernelTuning:
 
         The benchmarks start once every compile has finished (the costliest started first:
         compile.compile_cost). Screening each candidate as soon as its compile finished was
-        tried on the H200 (bench/gpu_perf.py; docs/benchmarks.md): the cold workload took
-        0.215x of triton.autotune instead of 0.265x, but one winner came out 3.57 % slower than
-        the best of a careful re-timing, against a 3 % bound. Launches timed while 16 compile
-        threads take turns on the GIL wait on the host, inside the timed intervals."""
+        tried on the H200 and taken back for scenario D (decision 0025), whose failures this
+        code turned out to share (a power-capped pair D times uncapped). What still stands in
+        its way: launches timed while compile threads take turns on the GIL wait on the host,
+        inside the timed intervals, and inflate the estimate that sizes a benchmark's runs."""
         if not todo:
             return {}, 0, set(), {}
         configs, tuner, progress = self.configs, self.tuner, self.progress
