@@ -50,8 +50,12 @@ def main() -> int:
     parser.add_argument("--tuners", default="ours,triton",
                         help="comma-separated, of: ours (tuned at the launch), ours-deferred (a "
                              "dump run: tuned at tune_deferred() on its snapshot), triton")
+    parser.add_argument("--regimes", type=float, default=0.0, metavar="GAP_S",
+                        help="also time the first pass's best three with the tuner's own final "
+                             "benchmark (25/100 ms) in rounds, back to back and each after GAP_S "
+                             "seconds idle")
     args = parser.parse_args()
-    tuners = args.tuners.split(",")
+    tuners = [t for t in args.tuners.split(",") if t]
     if w.INTERPRET:
         print("tuning_repeatability: no CUDA GPU; nothing to measure", file=sys.stderr)
         return 0
@@ -114,6 +118,25 @@ def main() -> int:
     def slowdown(name: str) -> float:
         return round((careful[name] / careful[best] - 1) * 100, 2)
 
+    regimes: dict[str, dict[str, float]] = {}
+    if args.regimes > 0:
+        from autotune_cache.triton.bench import GpuBenchmark
+
+        final = GpuBenchmark()
+        three = sorted(first_pass, key=first_pass.__getitem__)[:3]
+        runs: dict[str, dict[str, list[float]]] = {
+            regime: {name: [] for name in three} for regime in ("back_to_back", "after_idle")}
+        for r in range(args.rounds):
+            order = three[r % 3:] + three[:r % 3]
+            for name in order:
+                runs["back_to_back"][name].append(final(launch_of(by_name[name]), None, {})[0])
+            for name in order:
+                torch.cuda.synchronize()
+                time.sleep(args.regimes)
+                runs["after_idle"][name].append(final(launch_of(by_name[name]), None, {})[0])
+        regimes = {regime: {name: round(statistics.median(v), 5) for name, v in by.items()}
+                   for regime, by in runs.items()}
+        regimes["first_pass"] = {name: round(first_pass[name], 5) for name in three}
     result = {
         "device": torch.cuda.get_device_name(), "triton": triton.__version__,
         "shape": args.shape, "tunings": args.tunings, "rounds": args.rounds,
@@ -122,6 +145,7 @@ def main() -> int:
         "picks": {t: [{"config": p, "slowdown_pct": slowdown(p)} for p in ps]
                   for t, ps in picks.items()},
         "tuning_seconds": seconds,
+        "regimes": regimes,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tuning_repeatability.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -138,6 +162,12 @@ def main() -> int:
         off = sum(1 for p in ps if slowdown(p) > 3)
         lines.append(f"\n{tuner}: {off} of {len(ps)} picks more than 3 % off; worst "
                      f"{max(slowdown(p) for p in ps)} %; tuning s {seconds[tuner]}")
+    if regimes:
+        lines += ["", f"Regimes (median ms; after_idle: {args.regimes} s idle before each):", "",
+                  "| config | " + " | ".join(regimes) + " |", "| --- |" + " --- |" * len(regimes)]
+        for name in regimes["first_pass"]:
+            lines.append(f"| {name} | " + " | ".join(f"{regimes[r][name]:.5f}" for r in regimes)
+                         + " |")
     (args.out / "tuning_repeatability.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
