@@ -294,11 +294,8 @@ class Autotuner(_TritonAutotuner):
         benchmark, as Triton >= 3.7 does (and as a single config always is)."""
         cache = get_cache()
         settings = cache.settings
-        if settings.remote_compile_cache and settings.remote_cache:
-            # Before this key's first compile (and Triton's launcher build) in this process.
-            remote_compile.enable(settings.remote_cache)
-        else:  # reconfigured without the flag, or inherited from a parent that had it
-            remote_compile.disable()
+        # Before this key's first compile (and Triton's launcher build) in this process.
+        remote_compile.follow(settings)
         pruned = self.prune_configs(kwargs)
         if len(pruned) == 1:
             self.configs_timings = {}

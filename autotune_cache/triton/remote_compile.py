@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from triton.runtime.cache import RemoteCacheBackend
@@ -32,6 +32,9 @@ except ImportError:  # a Triton without a remote cache: the flag then has nothin
 from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
 from autotune_cache.foundation.redact import redact
+
+if TYPE_CHECKING:
+    from autotune_cache.config.flags import Settings
 
 log = logging.getLogger("autotune_cache")
 
@@ -70,6 +73,22 @@ def enable(url: str) -> bool:
     return True
 
 
+def server_of(settings: Settings) -> str | None:
+    """The Redis URL `settings` ask Triton's compile cache to use, or None."""
+    return settings.remote_cache if settings.remote_compile_cache else None
+
+
+def follow(settings: Settings) -> None:
+    """Enable or disable the remote compile cache as `settings` ask (the tuner's slow path calls
+    this before each tuning's first compile: a process reconfigured without the flag, or one
+    that inherited the variables from a parent that had it, stops using the server)."""
+    url = server_of(settings)
+    if url is not None:
+        enable(url)
+    else:
+        disable()
+
+
 def disable() -> None:
     """Undo `enable` when the flags no longer ask for it (a process reconfigured without
     --autotune_remote_compile_cache, or a child whose AUTOTUNE_FLAGS dropped it): Triton's two
@@ -98,8 +117,7 @@ def _connect() -> Any:
             # (AUTOTUNE_FLAGS, inherited or its own) decide, as the tuner's slow path would.
             from autotune_cache.config.flags import settings_from_env
 
-            settings = settings_from_env()
-            _url = settings.remote_cache if settings.remote_compile_cache else None
+            _url = server_of(settings_from_env())
         if _url is not None:
             import redis
 
