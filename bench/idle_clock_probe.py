@@ -33,7 +33,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from triton_matmul_workload import mm  # noqa: E402
+from triton_matmul_workload import mm, operands  # noqa: E402
 
 from autotune_cache.triton import bench as bench_mod  # noqa: E402
 
@@ -90,17 +90,12 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("idle_clock_probe: no CUDA GPU; nothing to measure", file=sys.stderr)
         return 0
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    grid, call_args = operands(M, N, K, seed=M + N + K)
     calls = {}
     for name, cfg in CANDIDATES.items():
-        grid = (triton.cdiv(M, cfg.kwargs["BM"]) * triton.cdiv(N, cfg.kwargs["BN"]),)
 
-        def call(cfg=cfg, grid=grid) -> None:
-            mm[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                     c.stride(0), c.stride(1), **cfg.kwargs, num_warps=cfg.num_warps,
-                     num_stages=cfg.num_stages)
+        def call(cfg=cfg) -> None:
+            mm[grid](*call_args, **cfg.all_kwargs())
 
         call()  # compile and load
         calls[name] = call

@@ -155,16 +155,26 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def first_call(kernel, m: int, n: int, k: int) -> tuple:
-    """The first call of one shape (tunes unless cached; a dump run of ours defers the tuning),
-    timed on the host; what second_call needs."""
-    gen = torch.Generator(device=DEVICE).manual_seed(m * 31 + n * 7 + k)
+def operands(m: int, n: int, k: int, seed: int) -> tuple:
+    """One shape's launch: (grid, the kernel's positional arguments), with seeded fp16 operands
+    a (m x k) and b (k x n) and an empty output c, the first three arguments."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
     a = torch.randn(m, k, device=DEVICE, generator=gen).to(torch.float16)
     b = torch.randn(k, n, device=DEVICE, generator=gen).to(torch.float16)
     c = torch.empty(m, n, device=DEVICE, dtype=torch.float16)
-    grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
-    args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-            c.stride(1))
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
+
+    return grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                  c.stride(0), c.stride(1))
+
+
+def first_call(kernel, m: int, n: int, k: int) -> tuple:
+    """The first call of one shape (tunes unless cached; a dump run of ours defers the tuning),
+    timed on the host; what second_call needs."""
+    grid, args = operands(m, n, k, seed=m * 31 + n * 7 + k)
+    a, b, c = args[:3]
     sync()
     t = time.perf_counter()
     kernel[grid](*args)

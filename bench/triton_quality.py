@@ -42,23 +42,15 @@ def main() -> int:
     parser.add_argument("--rep", type=float, default=25.0)
     args = parser.parse_args()
     winners: dict[str, dict[str, str]] = json.loads(args.winners.read_text())
-    import torch
 
     fn = w.mm_static_k if w.INTERPRET else w.mm
     out: dict = {"runs": args.runs, "warmup_ms": args.warmup, "rep_ms": args.rep, "shapes": []}
     for m, n, k in w.SHAPES:
-        gen = torch.Generator(device=w.DEVICE).manual_seed(m + n + k)
-        a = torch.randn(m, k, device=w.DEVICE, generator=gen).to(torch.float16)
-        b = torch.randn(k, n, device=w.DEVICE, generator=gen).to(torch.float16)
-        c = torch.empty(m, n, device=w.DEVICE, dtype=torch.float16)
-        call_args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                     c.stride(0), c.stride(1))
+        grid, call_args = w.operands(m, n, k, seed=m + n + k)
         times: dict[str, float] = {}
         launches = {}
         for config in w.CONFIGS:
-            def launch(config=config, m=m, n=n, call_args=call_args) -> None:
-                def grid(meta):
-                    return (-(-m // meta["BM"]) * -(-n // meta["BN"]),)
+            def launch(config=config, grid=grid, call_args=call_args) -> None:
                 fn[grid](*call_args, **config.all_kwargs())
             try:
                 launch()

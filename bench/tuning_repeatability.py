@@ -62,16 +62,7 @@ def main() -> int:
     import torch
 
     m, n, k = (int(x) for x in args.shape.split(","))
-    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float16)
-    b = torch.randn(k, n, device="cuda", generator=gen).to(torch.float16)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    call_args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                 c.stride(0), c.stride(1))
-
-    def grid(meta):
-        return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
-
+    grid, call_args = w.operands(m, n, k, seed=m + n + k)  # triton_quality's operands
     picks: dict[str, list[str]] = {t: [] for t in tuners}
     seconds: dict[str, list[float]] = {t: [] for t in tuners}
     scratch = Path(tempfile.mkdtemp(prefix="tuning_repeatability-"))
