@@ -18,6 +18,12 @@ from autotune_cache.proto import autotune_results_pb2 as entry_pb2
 
 __version__ = "0.1.0"
 
+# AUTOTUNE_FLAGS' --autotune_all_kernels / --require_complete_autotune_results where the start-up
+# hook did not run (python -S, the package only on PYTHONPATH): startup.py.
+from autotune_cache.startup import at_first_import as _at_first_import  # noqa: E402
+
+_at_first_import()
+
 __all__ = [
     "AutotuneCacheError",
     "Cache",

@@ -438,9 +438,18 @@ class Cache:
             self._dump_dirty = False
             return self._dump.close(self._used.values())
 
+    def note_bypassed(self) -> None:
+        """Count, in the stats, the loaded entries of kernels that stayed on Triton's own
+        autotuner (they ran there, or the import-time scan found them): entries no kernel used
+        because their kernel was not routed. Nothing is parsed."""
+        stats = self.stats
+        kernels = (stats.kernels_ran_on_triton | stats.kernels_on_triton) & self.loaded_kernels()
+        stats.loaded_on_triton = {k: self.loaded_cost(k)[0] for k in sorted(kernels)}
+
     def close(self) -> None:
         """Final dump write and the exit summary."""
         self.finish_dump()
+        self.note_bypassed()
         self.stats.report_at_exit()
 
     @contextlib.contextmanager

@@ -31,6 +31,11 @@ class MissingResultError(AutotuneCacheError, LookupError):
     """A lookup missed under --require_complete_autotune_results."""
 
 
+class UnroutedTuningError(MissingResultError):
+    """Triton's own autotuner began tuning a kernel the cache does not serve, under
+    --require_complete_autotune_results (triton/classroute.py)."""
+
+
 class DumpShardingError(AutotuneCacheError):
     """A dump run was sharded, so no process would see every result."""
 

@@ -345,19 +345,26 @@ class MissRecorder:
 
 _COUNTERS = ("hits", "misses", "stale", "candidates_changed", "tuned", "peer_results",
              "benchmarks", "tuning_seconds", "saved_seconds", "deferred", "warmups_recorded",
-             "warmups_ahead")
+             "warmups_ahead", "library_configs")
+_KERNEL_SETS = ("kernels_on_triton", "kernels_ran_on_triton", "kernels_tuned_on_triton")
 
 
 def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The sum of several processes' Stats.as_dict() counters, and the union of their kernels
-    left on Triton's autotuner."""
+    """The sum of several processes' Stats.as_dict() counters, the union of their kernels left
+    on Triton's autotuner, and the loaded entries those kernels left unused (every worker
+    loaded the same files, so a kernel's count is the largest any worker saw)."""
     total: dict[str, Any] = dict.fromkeys(_COUNTERS, 0)
-    on_triton: set[str] = set()
+    kernels: dict[str, set[str]] = {name: set() for name in _KERNEL_SETS}
+    loaded: dict[str, int] = {}
     for part in parts:
         for name in _COUNTERS:
             total[name] += part.get(name, 0)
-        on_triton.update(part.get("kernels_on_triton", ()))
-    total["kernels_on_triton"] = sorted(on_triton)
+        for name in _KERNEL_SETS:
+            kernels[name].update(part.get(name, ()))
+        for kernel, count in (part.get("loaded_on_triton") or {}).items():
+            loaded[kernel] = max(loaded.get(kernel, 0), count)
+    total.update({name: sorted(names) for name, names in kernels.items()})
+    total["loaded_on_triton"] = loaded
     return total
 
 
@@ -493,6 +500,7 @@ class RunnerPlugin:
         except (AutotuneCacheError, OSError) as e:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             self.config.stash[_DUMP_ERROR] = str(e)
+        self.cache.note_bypassed()
         if self.workerinput is not None:
             self.config.workeroutput[_OUTPUT_KEY] = {  # type: ignore[attr-defined]
                 "stats": self.cache.stats.as_dict(),
@@ -683,11 +691,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         install()
 
 
+def _watch_triton_tuners() -> None:
+    """Patch Triton's Autotuner class (triton/classroute.py) where Triton is installed, so the
+    summary names the kernels that ran on Triton's own autotuner, and require-complete fails
+    any tuning there, routed or not."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        import autotune_cache.triton  # noqa: F401 - patches at import
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
         return
     settings, combined = resolve_settings(option_values(config))
+    _watch_triton_tuners()
     if settings.all_kernels:
         # Before the test modules import the libraries whose kernels it routes.
         from autotune_cache.triton.routing import install_from_settings

@@ -40,6 +40,13 @@ class Stats:
     # (decorated by triton.autotune before autotune_cache.triton.install(); docs/triton.md).
     kernels_served: set[str] = field(default_factory=set)
     kernels_on_triton: set[str] = field(default_factory=set)
+    # Tuners left on Triton's autotuner that launched, and those of them that Triton tuned
+    # (triton/classroute.py); launch keys whose config a routed library supplied itself; and
+    # the loaded entries of kernels that stayed on Triton, by kernel (Cache.note_bypassed).
+    kernels_ran_on_triton: set[str] = field(default_factory=set)
+    kernels_tuned_on_triton: set[str] = field(default_factory=set)
+    library_configs: int = 0
+    loaded_on_triton: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # Set when a runner already showed these numbers (the pytest plugin's terminal summary): the
     # exit line is then not shown again; the Bazel report is still written.
@@ -80,6 +87,24 @@ class Stats:
         with self._lock:
             self.kernels_on_triton.update(kernels)
 
+    def ran_on_triton(self, kernel: str) -> None:
+        """A tuner left on Triton's autotuner launched `kernel`."""
+        with self._lock:
+            self.kernels_ran_on_triton.add(kernel)
+
+    def tuned_on_triton(self, kernel: str) -> bool:
+        """Triton's autotuner tuned `kernel`; whether this is the first time it is said."""
+        with self._lock:
+            self.kernels_ran_on_triton.add(kernel)
+            first = kernel not in self.kernels_tuned_on_triton
+            self.kernels_tuned_on_triton.add(kernel)
+            return first
+
+    def library_config(self, kernel: str) -> None:
+        """A routed library supplied a launch key's config itself (not tuned, not cached)."""
+        with self._lock:
+            self.library_configs += 1
+
     def tuning_done(self, seconds: float, benchmarks: int) -> None:
         with self._lock:
             self.tuned += 1
@@ -101,6 +126,7 @@ class Stats:
     @property
     def anything_happened(self) -> bool:
         return bool(self.hits or self.misses or self.tuned or self.kernels_on_triton
+                    or self.kernels_ran_on_triton or self.library_configs
                     or self.warmups_recorded or self.warmups_ahead)
 
     def summary_line(self) -> str:
@@ -115,6 +141,9 @@ class Stats:
         data["stale_keys"] = list(self.stale_keys)
         data["kernels_served"] = sorted(self.kernels_served)
         data["kernels_on_triton"] = sorted(self.kernels_on_triton)
+        data["kernels_ran_on_triton"] = sorted(self.kernels_ran_on_triton)
+        data["kernels_tuned_on_triton"] = sorted(self.kernels_tuned_on_triton)
+        data["loaded_on_triton"] = dict(sorted(self.loaded_on_triton.items()))
         data["tuning_seconds"] = round(self.tuning_seconds, 6)
         data["saved_seconds"] = round(self.saved_seconds, 6)
         return data
@@ -166,9 +195,27 @@ def outcome_clauses(counts: Mapping[str, Any]) -> str:
     if count("warmups_ahead"):
         text += (f", queued {count('warmups_ahead')} plain @triton.jit specialization(s) to "
                  "compile ahead")
-    names = sorted(counts.get("kernels_on_triton", ()))
-    if names:
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        text += (f"; {len(names)} autotuned kernel(s) stayed on Triton's own autotuner, "
-                 f"uncached: {shown}")
+    if count("library_configs"):
+        text += (f", {count('library_configs')} launch key(s) ran the config their library "
+                 "supplied itself")
+    ran = sorted(counts.get("kernels_ran_on_triton", ()))
+    if ran:
+        tuned = len(counts.get("kernels_tuned_on_triton", ()))
+        text += (f"; BYPASSED: {len(ran)} autotuned kernel(s) ran on Triton's own autotuner, "
+                 f"uncached ({tuned} tuned there): {_first_few(ran)}")
+    idle = sorted(set(counts.get("kernels_on_triton", ())) - set(ran))
+    if idle:
+        text += (f"; {len(idle)} autotuned kernel(s) stayed on Triton's own autotuner, "
+                 f"uncached: {_first_few(idle)}")
+    loaded = counts.get("loaded_on_triton") or {}
+    if loaded:
+        names = [f"{k} ({n})" for k, n in sorted(loaded.items())]
+        text += (f"; {sum(loaded.values())} loaded entries went unused because their kernel "
+                 f"stayed on Triton's autotuner: {_first_few(names)}")
     return text
+
+
+def _first_few(names: list[str], shown: int = 3) -> str:
+    """The first `shown` names, and how many more."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")

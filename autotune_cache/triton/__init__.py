@@ -6,6 +6,7 @@ kernel's tuning results are looked up in, and recorded to, the tiers AUTOTUNE_FL
 cache; see docs/triton.md.
 """
 
+from autotune_cache.triton import classroute as _classroute
 from autotune_cache.triton.autotuner import (
     AllConfigsFailedError,
     Autotuner,
@@ -26,6 +27,7 @@ from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.warmups import install as _install_warmups
 
 _install_warmups()  # Triton's compile hook: plain @triton.jit specializations (warmups.py)
+_classroute.patch()  # Triton's own tuners: routed while install() is on, watched always
 
 __all__ = [
     "INTERPRETER_DEVICE",

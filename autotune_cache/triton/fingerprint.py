@@ -55,6 +55,13 @@ def python_function(kernel: Any) -> Callable[..., Any]:
     return fn
 
 
+def qualified_name(fn: Any) -> str:
+    """`module.qualname` of the Python function under a @jit / @heuristics chain: the `kernel`
+    name of a routed kernel's cache entries (routing.py, classroute.py)."""
+    base = python_function(fn)
+    return f"{base.__module__}.{base.__qualname__}"
+
+
 def _is_jit_like(value: Any) -> bool:
     """Whether `value` is a Triton JIT function (compiled or interpreted) or constexpr function."""
     try:

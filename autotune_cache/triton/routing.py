@@ -22,8 +22,9 @@ the process cache gains the directory tier `<Triton's cache dir>/autotune_cache`
 INFO level (see `honour_cache_results`).
 
 Three ways to switch it on: `install()` / `uninstall()` / `with installed():` from Python;
-`AUTOTUNE_FLAGS=--autotune_all_kernels` in any process (and its subprocesses) whose
-site-packages holds the package's `autotune_cache_all_kernels.pth` (it calls `startup()`); and
+`AUTOTUNE_FLAGS=--autotune_all_kernels` in any process (and its subprocesses), installed at
+start-up by the package's `autotune_cache_all_kernels.pth` or at the first import of
+autotune_cache where that hook cannot run (autotune_cache/startup.py); and
 runners (the pytest plugin, a Bazel test's main) that call `install_from_settings()` with the
 Settings they resolved.
 """
@@ -44,13 +45,13 @@ from typing import Any
 
 from triton.runtime import autotuner as _triton_autotuner
 
-from autotune_cache.config.flags import Settings, settings_from_env
+from autotune_cache.config.flags import Settings
+from autotune_cache.triton import classroute
 from autotune_cache.triton.autotuner import Autotuner, autotune
-from autotune_cache.triton.fingerprint import python_function
+from autotune_cache.triton.fingerprint import python_function, qualified_name
 
 log = logging.getLogger(__name__)
 
-PTH_NAME = "autotune_cache_all_kernels.pth"
 FLAG = "--autotune_all_kernels"
 FIX = (f"import autotune_cache.triton and call install() before importing them, or set "
        f"AUTOTUNE_FLAGS={FLAG} so that it is installed at interpreter start-up "
@@ -73,13 +74,6 @@ _warned: set[str] = set()  # modules already named in an UnroutedKernelsWarning
 
 class UnroutedKernelsWarning(UserWarning):
     """Kernels built by Triton's own `triton.autotune` before install(): they stay uncached."""
-
-
-def qualified_name(fn: Any) -> str:
-    """`module.qualname` of the Python function under a @jit / @heuristics chain: the `kernel`
-    name of a routed kernel's cache entries."""
-    base = python_function(fn)
-    return f"{base.__module__}.{base.__qualname__}"
 
 
 CACHE_RESULTS_DIR = "autotune_cache"  # under Triton's cache directory
@@ -147,10 +141,11 @@ class Unrouted:
     module: str
     attribute: str
     kernel: str = ""
+    why: str = ""  # set when the switch cannot route it (classroute.why_unrouted)
 
     def describe(self) -> str:
         if self.kernel:
-            return self.kernel
+            return f"{self.kernel} ({self.why})" if self.why else self.kernel
         return (f"{self.module}.{self.attribute}: Triton's decorator, imported by name, so "
                 "kernels it decorates from now on are not routed either")
 
@@ -191,14 +186,15 @@ def unrouted() -> list[Unrouted]:
                 # attributes (deprecated lazy aliases) turn into a warning or an import.
                 kind = type(value)
                 if not issubclass(kind, _triton_autotuner.Autotuner) \
-                        or issubclass(kind, Autotuner):
+                        or issubclass(kind, Autotuner) or classroute.is_routed(value):
                     continue
                 base = python_function(value.fn)
             except Exception:  # noqa: BLE001 - odd objects must not break the scan
                 continue
             if id(value) not in found or name == base.__module__:
+                why = classroute.why_unrouted(value) if classroute.is_blocked(value) else ""
                 found[id(value)] = Unrouted(base.__module__, attribute,
-                                            f"{base.__module__}.{base.__qualname__}")
+                                            f"{base.__module__}.{base.__qualname__}", why)
     return sorted([*found.values(), *holders], key=lambda u: (u.module, u.kernel, u.attribute))
 
 
@@ -234,6 +230,8 @@ def install() -> list[Unrouted]:
                 if previous is TRITON_AUTOTUNE:
                     module.autotune = routed_autotune  # type: ignore[attr-defined]
                     _patched.append((module, previous))
+            classroute.patch()
+            classroute.set_capturing(True)
             log.debug("autotune_cache: triton.autotune routed through the cache in %s",
                       ", ".join(m.__name__ for m, _ in _patched))
         return check_unrouted(stacklevel=3)
@@ -267,6 +265,7 @@ def uninstall() -> None:
     """Restore Triton's decorator wherever install() replaced it (and where nothing replaced
     ours since). Kernels decorated meanwhile keep our tuner. Idempotent and thread-safe."""
     with _lock:
+        classroute.set_capturing(False)
         while _patched:
             module, previous = _patched.pop()
             if getattr(module, "autotune", None) is routed_autotune:
@@ -293,16 +292,3 @@ def install_from_settings(settings: Settings) -> bool:
     if settings.all_kernels:
         install()
     return is_installed()
-
-
-def startup() -> None:
-    """The entry point of autotune_cache_all_kernels.pth, run at interpreter start-up when
-    AUTOTUNE_FLAGS mentions autotune_all_kernels: install() if the flags say so. Never raises
-    (start-up must go on): a problem is printed as one line on stderr naming the flag."""
-    try:
-        install_from_settings(settings_from_env())
-    except Exception as e:  # noqa: BLE001 - start-up of every Python process depends on this
-        first = (str(e).splitlines() or [""])[0]
-        print(f"autotune_cache: {PTH_NAME}: AUTOTUNE_FLAGS {FLAG} is not applied "
-              f"({type(e).__name__}: {first}); every kernel stays on triton.autotune",
-              file=sys.stderr)
