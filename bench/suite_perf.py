@@ -92,9 +92,9 @@ SUITES: dict[str, Suite] = {
     # over block size / num_warps / num_stages, keyed by the hidden size; FLA itself passes
     # cache_results=True). One shape per kernel family, no torch.compile: the first selection
     # (30 tests, bench/results/suite_perf_fla_h200_try1.md) needed over 200 s for P alone.
-    # l2norm is left out: FLA tunes it with its own Autotuner subclass, not through
-    # triton.autotune, so the switch cannot reach it (docs/third-party-kernels.md, "Limits") and
-    # a strict load would still benchmark it on Triton's autotuner.
+    # l2norm is tuned by FLA's own `fla_cache_autotune` (a CachedAutotuner(Autotuner) built
+    # directly, not through triton.autotune), routed by the switch since issue 35
+    # (triton/classroute.py); the census in the report shows what stays on Triton.
     "fla": Suite(
         "fla", "fla-core==0.5.2 (PyPI wheel)", "fla-org/flash-linear-attention@v0.5.2 tests/",
         ("tests/modules/test_activation.py::test_sigmoid[2-500-128-False-False]",
@@ -102,7 +102,9 @@ SUITES: dict[str, Suite] = {
          "tests/modules/test_activation.py::test_swiglu[2-512-128-False-False]",
          "tests/modules/test_layernorm.py::test_layernorm[True-True-64-512-2-2]",
          "tests/modules/test_layernorm.py::test_rmsnorm[64-512-2-2]",
-         "tests/modules/test_token_shift.py::test_token_shift[dtype0-None-2560-512-4]")),
+         "tests/modules/test_token_shift.py::test_token_shift[dtype0-None-2560-512-4]",
+         "tests/modules/test_l2norm.py::test_l2norm[B2-T500-H4-D64-torch.float32]",
+         "tests/modules/test_l2norm.py::test_l2norm[B4-T1024-H5-D1024-torch.float16]")),
 }
 
 
@@ -313,6 +315,7 @@ def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
             "launcher_builds": int(_num(timers.get("launcher_build"), "calls")),
             "kernels_served": ours.get("kernels_served"),
             "kernels_on_triton": ours.get("kernels_on_triton"),
+            "census": census_summary(p.probe.get("census") or []),
         }
     ratios: dict[str, Any] = {}
     for n, (base, target) in TARGETS.items():
@@ -327,6 +330,22 @@ def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
             "s_load_benchmarks": (totals.get("S-load", {}).get("benchmarks_ours", 0)
                                   + totals.get("S-load", {}).get("benchmarks_triton", 0))
             if "S-load" in ran else None}
+
+
+def census_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pass's census (suite_probe._census): tuners by owner, how many of each ran, by class,
+    and the ones left on Triton's autotuner that ran (the kernels that bypassed the cache)."""
+    by_owner: dict[str, dict[str, int]] = {}
+    by_class: dict[str, dict[str, int]] = {}
+    for row in rows:
+        for table, name in ((by_owner, row["owner"]), (by_class, f"{row['kind']} "
+                                                                  f"({row['owner']})")):
+            counts = table.setdefault(name, {"alive": 0, "ran": 0})
+            counts["alive"] += 1
+            counts["ran"] += bool(row["ran"])
+    return {"tuners": len(rows), "by_owner": by_owner, "by_class": by_class,
+            "triton_ran": sorted(r["kernel"] for r in rows
+                                 if r["owner"] == "triton" and r["ran"])}
 
 
 def _mark(name: str) -> Any:
@@ -427,6 +446,20 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
               "| | " + " | ".join(ran) + " |", "| --- |" + " --- |" * len(ran)]
     for row in summary["profile"]:
         lines.append(f"| {row['what']} | " + " | ".join(_fmt(row.get(n)) for n in ran) + " |")
+    lines += ["", "## Census: every autotuner alive at the end of each pass", "",
+              "| pass | tuners | by owner (alive / ran) | by class | left on Triton and ran |",
+              "| --- | --- | --- | --- | --- |"]
+    for n in ran:
+        c = totals[n].get("census") or {}
+        owners = ", ".join(f"{k} {v['alive']} / {v['ran']}"
+                           for k, v in sorted(c.get("by_owner", {}).items()))
+        classes = ", ".join(f"`{k}` {v['alive']} / {v['ran']}"
+                            for k, v in sorted(c.get("by_class", {}).items()))
+        left = c.get("triton_ran", [])
+        shown = ", ".join(f"`{k}`" for k in left[:5]) + (f" and {len(left) - 5} more"
+                                                         if len(left) > 5 else "")
+        lines.append(f"| {n} | {c.get('tuners', 0)} | {owners} | {classes} | "
+                     f"{len(left)}{': ' + shown if left else ''} |")
     lines += ["", "## Per test (seconds, outcome)", "",
               "| test | " + " | ".join(ran) + " |", "| --- |" + " --- |" * len(ran)]
     names = sorted({t for n in ran for t in passes[n].probe.get("tests", {})})

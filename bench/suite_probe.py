@@ -178,6 +178,37 @@ def _our_stats() -> dict[str, Any] | None:
     return get_cache().stats.as_dict()
 
 
+def _census() -> list[dict[str, Any]]:
+    """Every Triton autotuner alive at the end of the session: its class, its kernel, whose it
+    is (autotune_cache / routed / triton) and whether it ran. Passes that never import our
+    package (P, W) are censused from the garbage collector here, every tuner Triton's."""
+    import gc
+    import sys
+
+    if "autotune_cache.triton.classroute" in sys.modules:
+        from dataclasses import asdict
+
+        from autotune_cache.triton.classroute import census
+
+        return [asdict(t) for t in census()]
+    module = sys.modules.get("triton.runtime.autotuner")
+    if module is None:
+        return []
+    rows = []
+    for obj in gc.get_objects():
+        kind = type(obj)
+        try:
+            if not issubclass(kind, module.Autotuner):
+                continue
+            fn = obj.base_fn
+            rows.append({"kind": f"{kind.__module__}.{kind.__qualname__}",
+                         "kernel": f"{fn.__module__}.{fn.__qualname__}", "owner": "triton",
+                         "ran": "best_config" in vars(obj)})
+        except Exception:  # noqa: BLE001, S112 - a half-built object is left out
+            continue
+    return sorted(rows, key=lambda r: (r["owner"], r["kernel"]))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("SUITE_PROBE_OUT")
     if not out:
@@ -196,6 +227,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "timers": {k: {"calls": int(c), "seconds": round(s, 4)} for k, (c, s) in TIMERS.items()},
         "tests": TESTS,
         "ours": _our_stats(),
+        "census": _census(),
         "exitstatus": int(session.exitstatus),
     }
     with open(out, "w") as f:
