@@ -101,6 +101,15 @@ class Cache:
                 "--autotune_dump_merge keeps a dump file's earlier entries, but no dump is "
                 "written: add --dump_autotune_results_to=PATH, or drop the flag.")
         check_dump_sharding(self.settings)
+        # A dump run must be able to tune: it is how a stale cache is regenerated, and the
+        # regen command a strict failure prints adds a dump to the same configuration (an ini
+        # file's require-complete, say). So a dump turns require-complete off for its run.
+        self.strict_off_for_dump = self.settings.dump_to is not None \
+            and self.settings.require_complete
+        if self.strict_off_for_dump:
+            self.settings = replace(self.settings, require_complete=False)
+            log.info("autotune_cache: --dump_autotune_results_to is given, so this run may tune: "
+                     "--require_complete_autotune_results is off for it")
         # How the messages tell the user to regenerate and to forbid tuning; the pytest plugin
         # names its own options instead of the AUTOTUNE_FLAGS flags.
         self.dump_advice = ("running once with --dump_autotune_results_to=PATH (on this device) "
@@ -427,16 +436,23 @@ class Cache:
             self.flush_dump()  # what the others recorded is kept
             raise failure
 
-    def finish_dump(self) -> int:
+    def finish_dump(self, *, failed: bool = False) -> int:
         """The dump's last write (an empty run's dump is still written), after the finishers
         (before_final_dump); the number of entries the dump holds. Later lookups are not
-        dumped."""
+        dumped. `failed`: the run failed (a runner knows: pytest's exit status, the test's),
+        so the entries the file held before that this run did not reproduce are kept
+        (DumpFile.close); a passing run's dump holds exactly its own entries."""
         self._run_finishers()
         with self._lock:
             if self._dump is None:
                 return 0
             self._dump_dirty = False
-            return self._dump.close(self._used.values())
+            return self._dump.close(self._used.values(), keep_existing=failed)
+
+    @property
+    def dump_kept(self) -> int:
+        """How many entries the last finish_dump kept from the file because the run failed."""
+        return self._dump.kept if self._dump is not None else 0
 
     def note_bypassed(self) -> None:
         """Count, in the stats, the loaded entries of kernels that stayed on Triton's own

@@ -495,8 +495,9 @@ class RunnerPlugin:
             return (yield from self._short_failure(_passthrough()))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        failed = self.workerinput is None and session.exitstatus != pytest.ExitCode.OK
         try:
-            self.dumped = self.cache.finish_dump()
+            self.dumped = self.cache.finish_dump(failed=failed)
         except (AutotuneCacheError, OSError) as e:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             self.config.stash[_DUMP_ERROR] = str(e)
@@ -520,7 +521,22 @@ class RunnerPlugin:
         if error:
             tr.write_line(f"dump FAILED: {error}", red=True)
         elif self.cache.settings.dump_to is not None:
-            tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}")
+            tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}"
+                          + _kept_note(self.cache.dump_kept))
+        if self.cache.strict_off_for_dump:
+            tr.write_line(_STRICT_OFF_NOTE)
+
+
+_STRICT_OFF_NOTE = ("note: --autotune-require-complete was off for this run: a dump run must be "
+                    "able to tune (it is how a stale cache is regenerated)")
+
+
+def _kept_note(kept: int) -> str:
+    """What the dump line adds when a failed run kept entries of the file it replaced."""
+    if not kept:
+        return ""
+    return (f" (the run failed, so the {kept} entries the file held that this run did not "
+            "reproduce were kept; a passing run's dump drops them)")
 
 
 def _passthrough() -> Iterator[None]:
@@ -631,7 +647,8 @@ class XdistControllerPlugin:
         try:
             pairs, self.merge = merge_partials(files)
             if not self.merge.conflicts and self.dump is not None:
-                self.merge.entries = self.dump.close(pairs)
+                self.merge.entries = self.dump.close(
+                    pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK)
         except (AutotuneCacheError, OSError) as e:
             self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
         if self.merge.conflicts:
@@ -667,7 +684,10 @@ class XdistControllerPlugin:
                 "--on-conflict=fastest", red=True)
         else:
             tr.write_line(f"dump: wrote {self.merge.entries} entries to {dump} (merged from "
-                          f"{len(self.merge.partial_files)} xdist workers)")
+                          f"{len(self.merge.partial_files)} xdist workers)"
+                          + _kept_note(self.dump.kept if self.dump is not None else 0))
+        if self.settings.dump_to is not None and self.settings.require_complete:
+            tr.write_line(_STRICT_OFF_NOTE)
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

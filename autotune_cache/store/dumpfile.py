@@ -112,10 +112,12 @@ class DumpFile:
         # The dump file's identity after this root last wrote it (merge mode re-reads a change).
         self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
+        self.kept = 0  # entries close(keep_existing=True) kept from the file's old ones
         if self.is_root:
             # Refuse a foreign file now, before any tuning; merge mode keeps what it read.
             existing = read_existing(self.path, flag)
             self._base = existing if merge else {}
+            self._snapshot: dict[str, Keyed] | None = existing
             self._outer_run = inherited or None  # a run to another path, restored at close
             self.run_dir = Path(tempfile.mkdtemp(prefix="autotune-dump-run-"))
             (self.run_dir / _TARGET).write_text(self._target, encoding="utf-8")
@@ -124,6 +126,7 @@ class DumpFile:
         else:
             assert run_dir is not None
             self.run_dir = run_dir
+            self._snapshot = None
         self.partial = self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
 
     # ----- writing ---------------------------------------------------------------------------
@@ -136,7 +139,7 @@ class DumpFile:
         lock once per process. CacheDirError names the file on failure."""
         return self._write(list(pairs), wait=False)
 
-    def _write(self, pairs: list[Keyed], *, wait: bool) -> int:
+    def _write(self, pairs: list[Keyed], *, wait: bool, keep_existing: bool = False) -> int:
         if not self.is_root:
             self._write_partial(pairs)
             return len(pairs)
@@ -149,18 +152,30 @@ class DumpFile:
             merged = dict(self._base)
             merged.update(self._member_entries(own))
             merged.update(own)
+            if keep_existing and not self.merge:
+                old = self._committed()
+                self.kept = len(old.keys() - merged.keys())
+                merged = {**old, **merged}
             self._save(self.path, merged.values())
             self._base_identity = _identity(self.path)
         return len(merged)
 
-    def close(self, pairs: Iterable[Keyed]) -> int:
+    def _committed(self) -> dict[str, Keyed]:
+        """The entries the dump path held when the run began (before this root wrote it)."""
+        return self._snapshot if self._snapshot is not None else {}
+
+    def close(self, pairs: Iterable[Keyed], *, keep_existing: bool = False) -> int:
         """The run's last write from this process; in the root, the dump file is written (an
         empty run still writes an empty results file) and the run directory removed. Returns
-        the number of entries the dump file holds (the root), or this process wrote."""
+        the number of entries the dump file holds (the root), or this process wrote.
+
+        `keep_existing`: the run failed, so the file keeps the entries it held when the run
+        began that the run did not reproduce (the run's win on a shared key; `kept` says how
+        many): a failed run never shrinks the committed file."""
         pairs = list(pairs)
         if self._closed:
             return len(pairs)
-        count = self._write(pairs, wait=True)
+        count = self._write(pairs, wait=True, keep_existing=keep_existing)
         self._closed = True
         if self.is_root:
             self._end_run()

@@ -179,3 +179,62 @@ def test_a_subprocess_dumping_through_autotune_flags_joins_the_run(suite, monkey
     """)
     run(suite, *mode, "test_spawns.py").assert_outcomes(passed=1)
     assert [kernel for kernel, _, _ in entries(dump)] == ["child", "softmax"]
+
+
+# ----- the committed file is the user's data (issue 36) ------------------------------------------
+
+INI_STRICT = """
+[tool.pytest.ini_options]
+autotune_load = "cache.textproto"
+autotune_require_complete = true
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_the_stale_hint_under_the_recommended_ini_setup_regenerates_the_file(
+        suite, monkeypatch, mode):
+    """docs/pytest.md's setup: load plus require-complete in pyproject. A candidate list
+    changes; the user runs what the failure prints, `pytest --autotune-dump=<that file>`."""
+    dump = suite.path / "cache.textproto"
+    run(suite, f"--autotune-dump={dump}").assert_outcomes(passed=4)
+    suite.makefile(".toml", pyproject=INI_STRICT)
+    run(suite, *mode).assert_outcomes(passed=4)  # the committed file serves the strict load
+    monkeypatch.setenv("FAKE_KERNEL_CONFIGS", "cfg2")
+    failed = run(suite, *mode)
+    failed.assert_outcomes(failed=4)
+    failed.stdout.fnmatch_lines(["*--autotune-dump*"])
+    regen = run(suite, *mode, f"--autotune-dump={dump}")
+    regen.assert_outcomes(passed=4)  # a dump run may tune
+    regen.stdout.fnmatch_lines(["note: --autotune-require-complete was off for this run*"])
+    assert {e.key.configs_fingerprint for e in load_results(dump)} == {"cfg2"}
+    assert len(entries(dump)) == 3
+    run(suite, *mode).assert_outcomes(passed=4)  # and the strict load passes again
+
+
+FAILING_SUITE = """
+import fake_kernel
+
+def test_one():
+    assert fake_kernel.launch("softmax", 1024) == 64
+
+def test_broken():
+    assert fake_kernel.launch("softmax", 2048) == 64
+    raise AssertionError("an unrelated bug")
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_failed_dump_run_never_shrinks_the_committed_file(suite, monkeypatch, mode):
+    dump = suite.path / "cache.textproto"
+    run(suite, f"--autotune-dump={dump}").assert_outcomes(passed=4)
+    before = entries(dump)
+    assert len(before) == 3
+    suite.makepyfile(test_suite=FAILING_SUITE)
+    monkeypatch.setenv("FAKE_KERNEL_SOURCE", "edited")
+    result = run(suite, *mode, f"--autotune-dump={dump}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "dump: wrote 5 entries to * (the run failed, so the 3 entries the file held that this "
+        "run did not reproduce were kept; a passing run's dump drops them)"])
+    sources = sorted(e.key.source_fingerprint for e in load_results(dump))
+    assert sources == ["edited", "edited", "src", "src", "src"]
