@@ -119,7 +119,10 @@ class Cache:
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
             self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
-        self.memory = MemoryTier.from_files(self.settings.load_from)
+        # An in-place regen (load F, dump F) loads F as the run found it (DumpFile.load_path).
+        self.memory = MemoryTier.from_files(
+            self.settings.load_from,
+            read_from=None if self._dump is None else self._dump.load_path)
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 
     def use_cache_dir(self, directory: Path) -> None:

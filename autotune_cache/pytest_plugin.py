@@ -51,6 +51,7 @@ from autotune_cache.formats import Keyed, load_results
 from autotune_cache.foundation import console
 from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.locking import Liveness, sweep_dead
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.dumpfile import DumpFile
 from autotune_cache.store.stats import outcome_clauses
@@ -562,6 +563,7 @@ def _write_strict_verdict(tr: Any, misses: Sequence[Mapping[str, Any]]) -> None:
 
 
 _DUMP_ERROR = pytest.StashKey[str]()
+_KEPT_MARK = "KEPT"  # in the partial dumps' folder of a refused merge: never swept
 
 
 @dataclass
@@ -613,13 +615,18 @@ class XdistControllerPlugin:
             raise _usage_error(e, combined) from None
         self.partials: Path | None = None
         self.shared_dir: Path | None = None
+        self._alive: Liveness | None = None
         if settings.dump_to is not None:
             try:
                 # Beside the dump, so that a refused merge leaves the workers' results where the
                 # user looks; removed after a successful merge.
                 settings.dump_to.parent.mkdir(parents=True, exist_ok=True)
+                # A killed controller's partial dumps are swept; a refused merge's are kept.
+                sweep_dead(settings.dump_to.parent, f".{settings.dump_to.name}.xdist-*",
+                           unless=_KEPT_MARK)
                 self.partials = Path(tempfile.mkdtemp(prefix=f".{settings.dump_to.name}.xdist-",
                                                       dir=settings.dump_to.parent))
+                self._alive = Liveness(self.partials)
             except OSError as e:
                 raise _usage_error(OSError(f"--autotune-dump={settings.dump_to}: cannot create "
                                            f"the workers' partial dumps ({e})"),
@@ -651,7 +658,12 @@ class XdistControllerPlugin:
                     pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK)
         except (AutotuneCacheError, OSError) as e:
             self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
+        if self._alive is not None:
+            self._alive.release()
         if self.merge.conflicts:
+            (self.partials / _KEPT_MARK).write_text(
+                "the xdist workers' partial dumps of a refused merge; merge them with "
+                "`autotune-cache merge`, then remove this folder\n", encoding="utf-8")
             if self.dump is not None:
                 self.dump.abandon()
             if session.exitstatus == pytest.ExitCode.OK:

@@ -18,9 +18,12 @@ a hard link or a directory where a lock file goes
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +111,72 @@ def trusted_lock_dir(parent: Path, name: str) -> Path:
         problems.append(problem)
     raise LockError("no usable lock directory: " + "; ".join(problems)
                     + ". Remove what is in the way, or ask the directory's owner to.")
+
+
+def private_lock_dir(name: str) -> Path:
+    """A lock directory no other account can take: `~/.cache/autotune_cache/<name>` (made
+    0700), since predictable names under the shared temp directory can be pre-created by anyone
+    (lock squatting). Where the home directory is missing or unusable, trusted_lock_dir under
+    the temp directory (`<name>`, else `<name>-<uid>`); LockError when neither can be used."""
+    try:
+        base = Path.home() / ".cache" / "autotune_cache"
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if _trust_problem(base) is None:
+            candidate = base / name
+            if _trust_problem(candidate) is None:
+                return candidate
+    except (OSError, RuntimeError):  # no home directory (RuntimeError from Path.home)
+        pass
+    return trusted_lock_dir(Path(tempfile.gettempdir()), name)
+
+
+class Liveness:
+    """A directory's owner is alive while it holds `<dir>/alive` locked (flock, released by the
+    kernel when the process and every child that inherited the descriptor are gone), so
+    leftovers of killed runs can be told from live ones and swept."""
+
+    NAME = "alive"
+
+    def __init__(self, directory: Path) -> None:
+        self._fd = os.open(directory / self.NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @classmethod
+    def is_dead(cls, directory: Path) -> bool:
+        """Whether `directory` has an owner marker that no live process holds."""
+        try:
+            fd = os.open(directory / cls.NAME, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+
+def sweep_dead(parent: Path, pattern: str, *, unless: str = "") -> list[Path]:
+    """Remove this account's directories `parent/<pattern>` whose owner died (Liveness), except
+    those holding a file named `unless`; returns what was removed. Never raises."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for candidate in parent.glob(pattern):
+            with contextlib.suppress(OSError):
+                st = os.lstat(candidate)
+                if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+                        or (unless and (candidate / unless).exists())
+                        or not Liveness.is_dead(candidate)):
+                    continue
+                shutil.rmtree(candidate, ignore_errors=True)
+                removed.append(candidate)
+    return removed
 
 
 def _check_lock_path(path: Path) -> None:

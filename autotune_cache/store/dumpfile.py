@@ -15,11 +15,20 @@ produces, and a process never waits on another process's lock to record an entry
   mode, and never overwritten.
 - Members' entries that differ on one key: the root's own entry wins, else the partial written
   last; each such key is logged.
-- Merge mode reads the old file under a lock kept in a trusted directory under the temp
-  directory (locking.trusted_lock_dir), never next to the dump, so nothing is left beside a
-  committed file.
-- The root removes the run directory when it closes; a member still running then writes into
-  nothing (its entries are lost, with a warning).
+- Merge mode reads, merges and replaces the file under one lock, kept in a directory no other
+  account can take (locking.private_lock_dir: under the home directory), never next to the
+  dump, so nothing is left beside a committed file; a change made by another run since this
+  one read the file is read again under the lock.
+- The root removes the run directory when it closes. A process started inside that run which
+  first dumps after it ended (a late child) finds its inherited run gone: it never replaces
+  the run's file, it merges its entries into it under the lock.
+- The file as the run found it is kept in the run directory (`snapshot`), and every member
+  that loads the dump path loads that snapshot: an in-place regen (load F, dump F) sees the
+  committed entries for the whole run, never a partial rewrite.
+- A dump path that is a symbolic link is written through: the link's target is replaced
+  atomically, the link stays.
+- The root holds `<run dir>/alive` locked while it lives; a new root sweeps the run
+  directories of dead ones (a killed run's litter).
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from pathlib import Path
 from autotune_cache.errors import CacheDirError, CorruptFileError, LockError
 from autotune_cache.formats import Keyed, keyed, parse_results, read_capped, save_keyed
 from autotune_cache.foundation import env, locking
-from autotune_cache.foundation.locking import file_lock, trusted_lock_dir
+from autotune_cache.foundation.locking import Liveness, file_lock, private_lock_dir, sweep_dead
 
 log = logging.getLogger("autotune_cache")
 
@@ -45,6 +54,8 @@ DUMP_FLAG = "--dump_autotune_results_to"
 LOCK_TIMEOUT_S = 120.0
 _TARGET = "target"  # the run directory's file naming the dump path it collects for
 _OUTER = "outer"  # ... and the one naming the run it was started inside ('' for none)
+_SNAPSHOT = "snapshot"  # the dump path's file as the run found it (a hard link, else a copy)
+RUN_PREFIX = "autotune-dump-run-"
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -107,27 +118,62 @@ class DumpFile:
         inherited = env.dump_run()
         run_dir = _find_run(inherited, self._target)
         self.is_root = run_dir is None
+        # A late child: started inside a run that has ended. It must not replace the run's file.
+        self.orphan = self.is_root and bool(inherited) and not Path(inherited).is_dir()
+        if self.orphan:
+            log.info("autotune_cache: the dump run this process was started in has ended, so "
+                     "its entries are merged into %s, never replacing it", self.path)
+            self.merge = merge = True
         self._base: dict[str, Keyed] = {}
         self._members: dict[Path, tuple[tuple[int, int, int] | None, dict[str, Keyed]]] = {}
         # The dump file's identity after this root last wrote it (merge mode re-reads a change).
         self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
         self.kept = 0  # entries close(keep_existing=True) kept from the file's old ones
+        self._alive: Liveness | None = None
         if self.is_root:
-            # Refuse a foreign file now, before any tuning; merge mode keeps what it read.
+            # Refuse a foreign file now, before any tuning; merge mode keeps what it read. The
+            # identity first: a change after it makes the first write read the file again.
+            self._base_identity = _identity(self.path) if merge else None
             existing = read_existing(self.path, flag)
             self._base = existing if merge else {}
             self._snapshot: dict[str, Keyed] | None = existing
             self._outer_run = inherited or None  # a run to another path, restored at close
-            self.run_dir = Path(tempfile.mkdtemp(prefix="autotune-dump-run-"))
+            temp = Path(tempfile.gettempdir())
+            sweep_dead(temp, f"{RUN_PREFIX}*")
+            self.run_dir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX))
+            self._alive = Liveness(self.run_dir)
             (self.run_dir / _TARGET).write_text(self._target, encoding="utf-8")
             (self.run_dir / _OUTER).write_text(inherited, encoding="utf-8")
+            self._keep_snapshot()
             env.set_dump_run(str(self.run_dir))
         else:
             assert run_dir is not None
             self.run_dir = run_dir
             self._snapshot = None
         self.partial = self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
+
+    def _keep_snapshot(self) -> None:
+        """Keep the dump path's file as the run found it, for the members' loads."""
+        snapshot = self.run_dir / _SNAPSHOT
+        try:
+            os.link(self._target, snapshot)
+        except FileNotFoundError:
+            return
+        except OSError:  # another file system, or no hard links: a copy
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self._target, snapshot)
+
+    def load_path(self, path: Path) -> Path:
+        """Where to read `path`, a file to load: the run's snapshot when it is this dump's path
+        (an in-place regen sees the committed file for the whole run), else `path`."""
+        snapshot = self.run_dir / _SNAPSHOT
+        try:
+            if str(Path(path).resolve()) == self._target and snapshot.is_file():
+                return snapshot
+        except OSError:
+            pass
+        return Path(path)
 
     # ----- writing ---------------------------------------------------------------------------
 
@@ -156,7 +202,8 @@ class DumpFile:
                 old = self._committed()
                 self.kept = len(old.keys() - merged.keys())
                 merged = {**old, **merged}
-            self._save(self.path, merged.values())
+            # Through a symbolic link: its target is replaced, the link stays.
+            self._save(Path(self._target), merged.values())
             self._base_identity = _identity(self.path)
         return len(merged)
 
@@ -185,6 +232,8 @@ class DumpFile:
         if env.dump_run() == str(self.run_dir):
             env.set_dump_run(self._outer_run)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._alive is not None:
+            self._alive.release()
 
     def abandon(self) -> None:
         """End the run without writing the dump file (the root), e.g. after a refused merge."""
@@ -211,9 +260,9 @@ class DumpFile:
     # ----- reading the other processes' entries ---------------------------------------------
 
     def _base_changed(self) -> bool:
-        """Whether the dump file changed since this root last wrote it (merge mode re-reads it:
-        another run may have merged into it meanwhile)."""
-        return self._base_identity is not None and _identity(self.path) != self._base_identity
+        """Whether the dump file changed since this root read or last wrote it (merge mode
+        re-reads it under the lock: another run may have merged into it meanwhile)."""
+        return _identity(self.path) != self._base_identity
 
     def _member_entries(self, own: dict[str, Keyed]) -> dict[str, Keyed]:
         """Every member's entries, re-reading only partial files that changed; a key two
@@ -252,8 +301,7 @@ class DumpFile:
             if self.merge:
                 name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
                 try:
-                    lock_dir = trusted_lock_dir(Path(tempfile.gettempdir()),
-                                                "autotune_cache-dump-locks")
+                    lock_dir = private_lock_dir("dump-locks")
                     held = stack.enter_context(
                         file_lock(lock_dir / name, LOCK_TIMEOUT_S if wait else 0))
                 except LockError as e:

@@ -444,14 +444,14 @@ def _binary_index(path: Path, data: bytes) -> _Index | None:
     return _Index(starts, ends, groups, heads)
 
 
-def load_file(path: Path | str) -> LoadedFile:
+def load_file(path: Path | str, read_from: Path | None = None) -> LoadedFile:
     """Load one results file (text or binary by its extension): a canonical text file or a
     well-formed binary file is indexed and its entries parsed on use; any other file is parsed
     whole. A file with more than MAX_FILE_ENTRIES entries, or an indexed entry over
     MAX_ENTRY_BYTES, is refused with a CorruptFileError naming it."""
     path = Path(path)
     text = is_text_path(path)
-    data = read_results_file(path, budget=False)  # the escape budget: per parsed entry
+    data = read_results_file(read_from or path, budget=False)  # escape budget: per entry
     if text:
         try:
             index = _index(data)

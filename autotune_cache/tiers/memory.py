@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from autotune_cache.foundation.key import CacheKey
@@ -36,10 +36,14 @@ class MemoryTier:
         self.files = files
 
     @classmethod
-    def from_files(cls, paths: Iterable[Path]) -> MemoryTier:
-        """Load every results file; a later file overrides an earlier one's entry for a key."""
+    def from_files(cls, paths: Iterable[Path],
+                   read_from: Callable[[Path], Path] | None = None) -> MemoryTier:
+        """Load every results file; a later file overrides an earlier one's entry for a key.
+        `read_from(path)`: where to read a file's bytes (a dump run's snapshot), if not at
+        `path`; messages name `path`."""
         paths = tuple(paths)
-        loaded = [load_file(path) for path in paths]
+        loaded = [load_file(path, read_from=None if read_from is None else read_from(path))
+                  for path in paths]
         if log.isEnabledFor(logging.DEBUG):
             for i, later in enumerate(loaded):
                 for earlier in loaded[:i]:

@@ -238,3 +238,36 @@ def test_a_failed_dump_run_never_shrinks_the_committed_file(suite, monkeypatch, 
         "run did not reproduce were kept; a passing run's dump drops them)"])
     sources = sorted(e.key.source_fingerprint for e in load_results(dump))
     assert sources == ["edited", "edited", "src", "src", "src"]
+
+
+def test_a_killed_xdist_controllers_partial_dumps_are_swept_by_the_next_run(suite):
+    """docs/cache.md: nothing of the dump's is left beside it. A SIGKILLed `pytest -n 2`
+    controller leaves its `.NAME.xdist-*/` folder; the next dump run sweeps it (a refused
+    merge's folder, marked KEPT, stays for the user's hand merge)."""
+    import os
+    import subprocess
+    import sys
+
+    from autotune_cache.foundation.locking import Liveness
+
+    dump = suite.path / "cache.textproto"
+    dead = suite.path / ".cache.textproto.xdist-dead"
+    dead.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from pathlib import Path\n"
+                               "from autotune_cache.foundation.locking import Liveness\n"
+                               "Liveness(Path(sys.argv[1]))\nprint('held', flush=True)\n"
+                               "time.sleep(600)\n", str(dead)],
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(suite.path.parent)
+                                   + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.kill()  # SIGKILL: its lock is released by the kernel, its folder stays
+    holder.wait(timeout=30)
+    kept = suite.path / ".cache.textproto.xdist-kept"
+    kept.mkdir()
+    Liveness(kept).release()
+    (kept / "KEPT").write_text("refused merge\n")
+    run(suite, "-n", "2", f"--autotune-dump={dump}").assert_outcomes(passed=4)
+    assert not dead.exists()
+    assert kept.is_dir()
