@@ -18,6 +18,7 @@ from autotune_cache.config.flags import Settings, regen_hint, settings_from_env
 from autotune_cache.errors import (
     AutotuneCacheError,
     CacheDirError,
+    CorruptFileError,
     DumpShardingError,
     FlagError,
     MissingResultError,
@@ -120,9 +121,11 @@ class Cache:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
             self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
         # An in-place regen (load F, dump F) loads F as the run found it (DumpFile.load_path).
+        # A broken results file a regen replaces is not loaded (DumpFile.skips_load).
+        loads = [p for p in self.settings.load_from
+                 if self._dump is None or not self._dump.skips_load(p)]
         self.memory = MemoryTier.from_files(
-            self.settings.load_from,
-            read_from=None if self._dump is None else self._dump.load_path)
+            loads, read_from=None if self._dump is None else self._dump.load_path)
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 
     def use_cache_dir(self, directory: Path) -> None:
@@ -189,7 +192,10 @@ class Cache:
         candidates = None if candidates is None else list(candidates)
         with self._lock:
             in_memory = self.memory.in_memory(key)
-            found = self._find(key, candidates)
+            try:
+                found = self._find(key, candidates)
+            except CorruptFileError as e:
+                raise CorruptFileError(f"{e}\n{self.regen_line()}") from None
             if found is not None:
                 self.stats.hit(0.0 if in_memory else found.entry.result.tuning_seconds)
                 self.memory.remember(found)
@@ -271,12 +277,16 @@ class Cache:
             lines.append("The cache is stale: it has this kernel and problem only for")
             for f in near[:10]:
                 lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {f.origin})")
+        lines.append(self.regen_line())
+        return "\n".join(lines)
+
+    def regen_line(self) -> str:
+        """How to regenerate the cache: the runner's command (the Bazel macro's regen target)
+        or the dump advice. A regen replaces a broken committed file (dumpfile.py)."""
         hint = regen_hint()
         if hint:
-            lines.append(f"Regenerate the cache with:\n  {hint}")
-        else:
-            lines.append(f"Regenerate the cache by {self.dump_advice}.")
-        return "\n".join(lines)
+            return f"Regenerate the cache with:\n  {hint}"
+        return f"Regenerate the cache by {self.dump_advice}."
 
     def loaded_entries(self, kernel: str, *, max_entries: int, max_unparsed_bytes: int
                        ) -> list[tuple[CacheKey, pb.Entry]]:
@@ -469,7 +479,7 @@ class Cache:
         """Final dump write and the exit summary."""
         self.finish_dump()
         self.note_bypassed()
-        self.stats.report_at_exit()
+        self.stats.report_at_exit(configured=self.settings != Settings())
 
     @contextlib.contextmanager
     def tune_lock(self, key: CacheKey, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[bool]:

@@ -12,7 +12,13 @@ from google.protobuf import message, text_format
 from autotune_cache.errors import CorruptFileError, VersionMismatchError
 from autotune_cache.foundation.atomic import write_atomic
 from autotune_cache.foundation.key import CacheKey
-from autotune_cache.foundation.limits import MAX_BINARY_BYTES, MAX_TEXT_BYTES, text_budget_problem
+from autotune_cache.foundation.limits import (
+    MAX_BINARY_BYTES,
+    MAX_TEXT_BYTES,
+    MiB,
+    describe,
+    text_budget_problem,
+)
 from autotune_cache.foundation.safeio import read_regular
 from autotune_cache.proto import autotune_results_pb2 as pb
 
@@ -80,17 +86,52 @@ NEWER_SCHEMA_HINT = (
 )
 
 
+_CONFLICT_MARKER = re.compile(rb"^(<{7} |={7}$|>{7} |\|{7} )", re.MULTILINE)
+_BOM = b"\xef\xbb\xbf"
+_TRUNCATION_SIGNS = ("Truncated message", "Unexpected end", "Wire format was corrupt")
+
+
+def damage_of(data: bytes, *, text: bool) -> str | None:
+    """What visibly broke a results file, in words naming the line, or None: an unresolved
+    merge conflict, an editor's byte-order mark, or a cut-off end."""
+    if text and (found := _CONFLICT_MARKER.search(data)):
+        line = data.count(b"\n", 0, found.start()) + 1
+        marker = data[found.start():].split(b"\n", 1)[0].decode("utf-8", "replace")[:40]
+        return (f"line {line} holds an unresolved merge-conflict marker ({marker!r}): resolve "
+                "the conflict, or regenerate the file")
+    if data.startswith(_BOM):
+        return ("it starts with a UTF-8 byte-order mark (bytes EF BB BF, invisible in most "
+                "editors, added by an editor): save it without one, or regenerate the file")
+    return None
+
+
 def parse_error(path: Path | str, detail: str, *, text: bool, what: str, data: bytes = b"",
                 newer_schema_hint: str = NEWER_SCHEMA_HINT) -> CorruptFileError:
     """The error for `data` (read from `path`) that protobuf's parser refused with `detail`."""
     detail = detail.rstrip(".")
     kind = "text" if text else "binary"
     hint = "Regenerate it, or check it with `autotune-cache verify`."
-    if text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
+    damage = damage_of(data, text=text)
+    if damage is not None:
+        return CorruptFileError(f"{path}: not a valid {kind}-format {what}: {damage}. "
+                                f"(The parser said: {detail}.)")
+    if _looks_truncated(data, detail, text=text):
+        hint = ("It ends in the middle of an entry: it was cut off or damaged (an interrupted "
+                "copy, write or download?). Regenerate it, or restore it from version control.")
+    elif text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
         hint = newer_schema_hint
     elif not text and data[:1].isalpha():
         hint = "It looks like text: give it a .textproto extension."
     return CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}")
+
+
+def _looks_truncated(data: bytes, detail: str, *, text: bool) -> bool:
+    """Whether the parser failed at the very end of `data` (a cut-off file)."""
+    if not text:
+        return any(s in detail for s in _TRUNCATION_SIGNS)
+    found = re.match(r"(\d+):(\d+)", detail)
+    lines = data.rstrip(b"\n").count(b"\n") + 1
+    return found is not None and int(found.group(1)) >= lines
 
 
 def parse_message(data: bytes, cls: type[M], path: Path | str, *, text: bool, what: str,
@@ -285,10 +326,33 @@ def serialize_results(entries: Iterable[pb.Entry], *, text: bool) -> bytes:
 
 def save_keyed(path: Path | str, pairs: Iterable[Keyed]) -> None:
     """Write a results file of (key, entry) pairs atomically, in the format its extension
-    selects."""
+    selects; refused, before anything is written, when no reader would read it back
+    (check_readable_back)."""
     path = Path(path)
+    data = serialize_keyed(pairs, text=is_text_path(path))
+    check_readable_back(path, data)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, serialize_keyed(pairs, text=is_text_path(path)))
+    write_atomic(path, data)
+
+
+def check_readable_back(path: Path | str, data: bytes) -> None:
+    """CorruptFileError, naming `path`, when `data` is over the read limits that every reader
+    applies (read_capped): a file written anyway could be read by no verb, not even `convert`,
+    and would replace a readable one."""
+    text = is_text_path(path)
+    limit = min(MAX_TEXT_BYTES, MAX_FILE_BYTES) if text else MAX_FILE_BYTES
+    problem = None
+    if len(data) > limit:
+        problem = f"{len(data) / MiB:.1f} MiB, over the {describe(limit)} read limit"
+    elif text:
+        problem = text_budget_problem(data)
+    if problem is None:
+        return
+    fix = ("write a binary file instead (a .pb path: binary files may hold up to "
+           f"{describe(MAX_FILE_BYTES)}), or prune the entries"
+           if text else "prune the entries, or split them over several files")
+    raise CorruptFileError(f"{path}: not written: the results would be {problem}, so nothing "
+                           f"could read the file back; {fix}. Nothing was changed.")
 
 
 def save_results(path: Path | str, entries: Iterable[pb.Entry]) -> None:

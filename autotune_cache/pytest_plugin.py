@@ -451,6 +451,10 @@ class RunnerPlugin:
         self.dumped = 0
         if self.workerinput is None:
             _lines_to_terminal(config)
+        else:
+            # The controller's summary adds up the workers' numbers; a worker's own exit line
+            # would land on pytest's progress line.
+            self.cache.stats.shown_elsewhere()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.workerinput is None:

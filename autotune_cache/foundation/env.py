@@ -22,6 +22,7 @@ AUTOTUNE_FLAGS = "AUTOTUNE_FLAGS"
 RULES_AUTOTUNE_MACRO_FLAGS = "RULES_AUTOTUNE_MACRO_FLAGS"
 AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
+AUTOTUNE_VERBOSE = "AUTOTUNE_VERBOSE"
 AUTOTUNE_BENCH_LOCK_DIR = "AUTOTUNE_BENCH_LOCK_DIR"
 AUTOTUNE_DUMP_RUN = "AUTOTUNE_DUMP_RUN"
 TRITON_PRINT_AUTOTUNING = "TRITON_PRINT_AUTOTUNING"
@@ -59,6 +60,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(AUTOTUNE_REGEN_HINT, "the Bazel macro", "cache",
              "the command a missing or stale result's message tells you to run "
              "(`bazel run //pkg:t.regen`)"),
+    Variable(AUTOTUNE_VERBOSE, "you (the Bazel test wrapper sets `1`)", "store.stats",
+             "`1`: print the one-line summary at exit (hits, misses, benchmarks, what bypassed "
+             "the cache) even with no flags; `0`: never print it. Unset: printed only when "
+             "the process was configured (flags, or `configure()`), as `triton.autotune` is "
+             "silent unless `TRITON_PRINT_AUTOTUNING` asks ([cache.md](cache.md))"),
     Variable(AUTOTUNE_PROGRESS, "you", "triton.progress",
              "`1`/`true`/`yes`/`on` always show tuning progress lines (stderr; pytest's "
              "terminal under the plugin), `0`/`false`/`no`/`off` never (default: only for long "
@@ -138,6 +144,11 @@ def progress_mode() -> str:
     if value is True or get(TRITON_PRINT_AUTOTUNING) == "1":
         return "always"
     return "auto"
+
+
+def verbose() -> bool | None:
+    """$AUTOTUNE_VERBOSE as a boolean, or None when unset or empty."""
+    return parse_bool(get(AUTOTUNE_VERBOSE))
 
 
 def bench_lock_dir() -> Path | None:

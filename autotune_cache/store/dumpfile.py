@@ -43,7 +43,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autotune_cache.errors import CacheDirError, CorruptFileError, LockError
-from autotune_cache.formats import Keyed, keyed, parse_results, read_capped, save_keyed
+from autotune_cache.formats import (
+    Keyed,
+    damage_of,
+    is_text_path,
+    keyed,
+    parse_results,
+    read_capped,
+    save_keyed,
+)
 from autotune_cache.foundation import env, locking
 from autotune_cache.foundation.locking import Liveness, file_lock, private_lock_dir, sweep_dead
 
@@ -55,6 +63,7 @@ LOCK_TIMEOUT_S = 120.0
 _TARGET = "target"  # the run directory's file naming the dump path it collects for
 _OUTER = "outer"  # ... and the one naming the run it was started inside ('' for none)
 _SNAPSHOT = "snapshot"  # the dump path's file as the run found it (a hard link, else a copy)
+_BROKEN = "broken"  # the broken results file the run replaces: why (members skip loading it)
 RUN_PREFIX = "autotune-dump-run-"
 
 
@@ -81,6 +90,21 @@ def read_existing(path: Path, flag: str = DUMP_FLAG) -> dict[str, Keyed]:
             f"{flag}={path}: the file there is not a results file ({e}), so the dump will not "
             "overwrite it; move it away or point the option at another path.") from e
     return {key.digest(): (key, entry) for key, entry in keyed(entries)}
+
+
+def _damaged_results_file(path: Path) -> bool:
+    """Whether the unparsable file at `path` is a results file gone bad, not something else:
+    a text results file whose damage names itself (formats.damage_of) or that still starts
+    with its `version:` line."""
+    if not is_text_path(path):
+        return False
+    try:
+        head = read_capped(path, budget=False)
+    except (OSError, CorruptFileError):
+        return False
+    if damage_of(head, text=True) is not None:
+        return True
+    return head.lstrip().startswith((b"version:", b"version :", b"# autotune"))
 
 
 def _read(path: Path) -> str | None:
@@ -130,12 +154,13 @@ class DumpFile:
         self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
         self.kept = 0  # entries close(keep_existing=True) kept from the file's old ones
+        self.broken = ""  # why the file at the dump path is a broken results file (replaced)
         self._alive: Liveness | None = None
         if self.is_root:
             # Refuse a foreign file now, before any tuning; merge mode keeps what it read. The
             # identity first: a change after it makes the first write read the file again.
             self._base_identity = _identity(self.path) if merge else None
-            existing = read_existing(self.path, flag)
+            existing = self._read_committed(flag)
             self._base = existing if merge else {}
             self._snapshot: dict[str, Keyed] | None = existing
             self._outer_run = inherited or None  # a run to another path, restored at close
@@ -145,13 +170,43 @@ class DumpFile:
             self._alive = Liveness(self.run_dir)
             (self.run_dir / _TARGET).write_text(self._target, encoding="utf-8")
             (self.run_dir / _OUTER).write_text(inherited, encoding="utf-8")
-            self._keep_snapshot()
+            if self.broken:
+                (self.run_dir / _BROKEN).write_text(self.broken, encoding="utf-8")
+            else:
+                self._keep_snapshot()
             env.set_dump_run(str(self.run_dir))
         else:
             assert run_dir is not None
             self.run_dir = run_dir
             self._snapshot = None
         self.partial = self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
+
+    def _read_committed(self, flag: str) -> dict[str, Keyed]:
+        """The entries at the dump path. A results file broken by hand (a merge conflict, a
+        cut-off end, an editor's byte-order mark) is what a regen must recover from: it is
+        replaced, and said so (`broken`); a file that is not a results file at all is still
+        refused (read_existing)."""
+        self.broken = ""
+        try:
+            return read_existing(self.path, flag)
+        except CacheDirError as e:
+            cause = e.__cause__
+            if not isinstance(cause, CorruptFileError) or not _damaged_results_file(self.path):
+                raise
+            self.broken = str(cause)
+        log.warning("autotune_cache: %s is a broken results file, which this dump run "
+                    "replaces with what it tunes and loads; its entries are not reused: %s",
+                    self.path, self.broken)
+        return {}
+
+    def skips_load(self, path: Path) -> bool:
+        """Whether a file to load is this run's dump path holding a broken results file that
+        the run replaces (so loading it would only fail the regen)."""
+        marker = self.run_dir / _BROKEN
+        try:
+            return marker.is_file() and str(Path(path).resolve()) == self._target
+        except OSError:
+            return False
 
     def _keep_snapshot(self) -> None:
         """Keep the dump path's file as the run found it, for the members' loads."""

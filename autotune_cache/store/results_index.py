@@ -264,7 +264,7 @@ class LoadedFile:
             except (text_format.ParseError, UnicodeDecodeError) as e:
                 line = self.data.count(b"\n", 0, start)
                 detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
-                raise parse_error(self.path, detail, text=True,
+                raise parse_error(self.path, detail, text=True, data=self.data,
                                   what="autotune results file") from e
         entry = msg.entries[0] if len(msg.entries) == 1 else None
         if (entry is None or msg.version != 0

@@ -155,13 +155,18 @@ class Stats:
         path.write_text(json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n")
         return path
 
-    def report_at_exit(self) -> None:
-        """Show the summary line (autotune_cache.foundation.console: stderr or logging; not when
-        a runner already showed it, see shown_elsewhere) and write the Bazel report, if anything
-        happened."""
+    def report_at_exit(self, *, configured: bool = True) -> None:
+        """Show the summary line and write the Bazel report, if anything happened.
+
+        Quiet unless asked, as `triton.autotune` is (a library shipping kernels with our
+        decorator must not print in its users' processes): the line is shown
+        (autotune_cache.foundation.console: stderr or logging) when $AUTOTUNE_VERBOSE is 1, or
+        when it is unset and the process was `configured` (flags or configure()); never when a
+        runner already showed the numbers (shown_elsewhere)."""
         if not self.anything_happened:
             return
-        if not self._shown:
+        wanted = env.verbose()
+        if not self._shown and (wanted or (wanted is None and configured)):
             console.say(self.summary_line())
         outputs = env.undeclared_outputs_dir()
         if outputs is not None:

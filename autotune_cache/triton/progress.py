@@ -3,7 +3,9 @@ pytest's terminal under the plugin, else logging or stderr).
 
 Quick tunings stay quiet. Once a tuning has run for `QUIET_SECONDS`, or always when
 AUTOTUNE_PROGRESS=1 (or Triton's TRITON_PRINT_AUTOTUNING=1) is set, every benchmarked config gets a
-line; AUTOTUNE_PROGRESS=0 silences them entirely.
+line; AUTOTUNE_PROGRESS=0 silences them entirely. A process nobody configured (no flags, no
+configure()) stays silent unless AUTOTUNE_PROGRESS=1 asks, as `triton.autotune` does: kernels a
+library ships with our decorator print nothing in its users' processes.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ class Progress:
     total: int
     reused: int
     say: Callable[[str], None] = field(default=console.say)
+    configured: bool = True  # the process has flags (or configure()): long tunings may speak
 
     def __post_init__(self) -> None:
         self.mode = env.progress_mode()
+        if self.mode == "auto" and not self.configured:
+            self.mode = "never"
         self.started = time.perf_counter()
         self.header_printed = False
         self.done_count = 0

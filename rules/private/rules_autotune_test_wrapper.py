@@ -473,6 +473,8 @@ def main() -> None:
         # A strict load: Triton's own tuners are watched, so a tuning there fails the test
         # (autotune_cache/triton/classroute.py) instead of passing unseen.
         import autotune_cache.triton  # noqa: F401 - patches Triton's Autotuner at import
+    # The test's log shows the cache's one-line summary (hits, misses, what bypassed it).
+    os.environ.setdefault("AUTOTUNE_VERBOSE", "1")
     sys.argv[0] = str(user_main)
     exit_request: SystemExit | None = None
     try:

@@ -216,3 +216,81 @@ def test_squatted_lock_directories_in_tmp_do_not_unlock_merge_dumps(tmp_path: Pa
     finally:
         for path in made:
             path.rmdir()
+
+
+def test_merge_and_convert_refuse_a_text_file_no_reader_could_read_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`merge -o a a b` over the text read limit once wrote an unreadable `a` (77 MB of two
+    files of 38 and 6 MB). The limit is lowered here so that the files stay small."""
+    from autotune_cache import formats
+    from autotune_cache.cli import main
+
+    a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    save_results(a, [fake_tune(make_key(problem={"a": i})) for i in range(40)])
+    save_results(b, [fake_tune(make_key(problem={"b": i})) for i in range(40)])
+    before = a.read_bytes()
+    monkeypatch.setattr(formats, "MAX_TEXT_BYTES", len(before) + len(b.read_bytes()) // 2)
+    assert main(["merge", str(a), str(b), "-o", str(a)]) == 2
+    assert a.read_bytes() == before, "the merge destroyed its own input"
+    assert main(["merge", str(a), str(b), "-o", str(tmp_path / "ab.pb")]) == 0
+    assert len(problems(tmp_path / "ab.pb")) == 80
+    assert main(["convert", str(tmp_path / "ab.pb"), str(tmp_path / "ab.textproto")]) == 2
+    assert not (tmp_path / "ab.textproto").exists()
+
+
+def conflicted(path: Path) -> None:
+    """A committed file after a bad `git merge`: conflict markers in the middle of it."""
+    lines = path.read_text().splitlines(keepends=True)
+    middle = len(lines) // 2
+    lines[middle:middle] = ["<<<<<<< HEAD\n"]
+    lines[middle + 3:middle + 3] = ["=======\n", ">>>>>>> other-branch\n"]
+    path.write_text("".join(lines))
+
+
+def test_a_hand_broken_committed_cache_names_the_line_and_the_regen_recovers(
+        tmp_path: Path) -> None:
+    """The monorepo walk's dead end: merge-conflict markers in the committed file. The test's
+    error names the file, the line and the regen command; the regen (load F, dump F) replaces
+    the broken file, saying so, instead of dying on it."""
+    committed = tmp_path / "t.autotune.textproto"
+    save_results(committed, [fake_tune(make_key(problem={"i": i})) for i in range(3)])
+    conflicted(committed)
+    strict = run_python(f"""
+        from pathlib import Path
+        from autotune_cache import Cache, Settings
+        from tests.cachetools import make_key
+        cache = Cache(Settings(load_from=(Path({str(committed)!r}),), require_complete=True))
+        for i in range(3):
+            cache.lookup(make_key(problem={{"i": i}}))
+    """, env={"AUTOTUNE_REGEN_HINT": "bazel run //pkg:t.regen"})
+    assert strict.rc != 0
+    assert str(committed) in strict.err
+    assert "unresolved merge-conflict marker ('<<<<<<< HEAD')" in strict.err
+    assert "line " in strict.err and "bazel run //pkg:t.regen" in strict.err, strict.err
+    regen = run_python(f"""
+        from pathlib import Path
+        from autotune_cache import Cache, Settings
+        from tests.cachetools import fake_tune, make_key
+        path = Path({str(committed)!r})
+        cache = Cache(Settings(load_from=(path,), dump_to=path))
+        for i in range(3):
+            key = make_key(problem={{"i": i}})
+            if cache.lookup(key) is None:
+                cache.record(fake_tune(key))
+        cache.close()
+    """)
+    assert regen.rc == 0, regen.text
+    assert "is a broken results file, which this dump run replaces" in regen.err
+    assert problems(committed) == {problem(i=i) for i in range(3)}
+
+
+def test_a_file_that_is_not_a_results_file_is_still_never_overwritten(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.textproto"
+    notes.write_text("my notes, not autotune results\n")
+    res = run_python(f"""
+        from pathlib import Path
+        from autotune_cache import Cache, Settings
+        Cache(Settings(dump_to=Path({str(notes)!r}))).close()
+    """)
+    assert res.rc != 0 and "will not overwrite it" in res.err
+    assert notes.read_text() == "my notes, not autotune results\n"
