@@ -242,20 +242,27 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (`\\n`, `\\x1b`), so that a file name or a
+    message can never start a line of its own: a name with a newline in it cannot forge an
+    `ok` verdict under another name."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     results = []
     for path in args.paths:
         try:
             rs = load_any(path)
         except (AutotuneCacheError, OSError) as e:
-            out.line(f"FAIL {path}: {e}")
+            out.line(one_line(f"FAIL {path}: {e}"))
             results.append({"path": str(path), "ok": False, "error": str(e)})
             continue
         problems = rs.problems()
         for p in problems:
-            out.line(f"FAIL {p}")
+            out.line(one_line(f"FAIL {p}"))
         status = "FAIL" if problems else "ok"
-        out.line(f"{status} {path}: {rs.format_name}, {len(rs.rows())} entries")
+        out.line(one_line(f"{status} {path}") + f": {rs.format_name}, {len(rs.rows())} entries")
         results.append({"path": str(path), "ok": not problems, "format": rs.format_name,
                         "entries": len(rs.rows()), "problems": problems})
     out.set(files=results)

@@ -51,7 +51,8 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable(AUTOTUNE_FLAGS, "you", "config.flags; `autotune_cache_all_kernels.pth`",
              "space-separated flags, like `XLA_FLAGS` ([the table above](#flags)); the `.pth` "
-             "start-up hook only tests it for `--autotune_all_kernels` before importing anything"),
+             "start-up hook only tests it for `--autotune_all_kernels` and "
+             "`--require_complete_autotune_results` before importing anything"),
     Variable(RULES_AUTOTUNE_MACRO_FLAGS, "the Bazel macro", "config.flags",
              "the macro's flags (committed cache, require-complete or dump, your `env` flags); "
              "they apply after `AUTOTUNE_FLAGS`, so `--test_env=AUTOTUNE_FLAGS=…` adds to them, "

@@ -294,3 +294,33 @@ def test_a_file_that_is_not_a_results_file_is_still_never_overwritten(tmp_path: 
     """)
     assert res.rc != 0 and "will not overwrite it" in res.err
     assert notes.read_text() == "my notes, not autotune results\n"
+
+
+def test_verify_escapes_names_so_a_newline_cannot_forge_an_ok_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune_cache.cli import main
+
+    forged = tmp_path / "x.textproto\nok other.textproto"
+    forged.write_text("not a results file\n")
+    assert main(["verify", str(forged)]) != 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("FAIL ") and "\\n" in lines[0]
+    assert not any(line.startswith("ok") for line in lines)
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    ("bom", "starts with a UTF-8 byte-order mark (bytes EF BB BF"),
+    ("cut", "it was cut off or damaged"),
+])
+def test_a_damaged_files_message_says_what_happened(tmp_path: Path, damage: str,
+                                                   said: str) -> None:
+    from autotune_cache.errors import CorruptFileError
+
+    path = tmp_path / "c.textproto"
+    save_results(path, [fake_tune(make_key(problem={"i": i})) for i in range(3)])
+    data = path.read_bytes()
+    path.write_bytes(b"\xef\xbb\xbf" + data if damage == "bom" else data[:len(data) // 2])
+    with pytest.raises(CorruptFileError) as raised:
+        list(load_results(path))
+    assert said in str(raised.value)
+    assert "newer release" not in str(raised.value)
