@@ -105,6 +105,9 @@ class Cache:
         # A dump run must be able to tune: it is how a stale cache is regenerated, and the
         # regen command a strict failure prints adds a dump to the same configuration (an ini
         # file's require-complete, say). So a dump turns require-complete off for its run.
+        # Whether someone configured this process (flags, or configure()): a process nobody
+        # configured stays silent (Stats.report_at_exit, triton/progress.py).
+        self.configured = self.settings != Settings()
         self.strict_off_for_dump = self.settings.dump_to is not None \
             and self.settings.require_complete
         if self.strict_off_for_dump:
@@ -479,7 +482,7 @@ class Cache:
         """Final dump write and the exit summary."""
         self.finish_dump()
         self.note_bypassed()
-        self.stats.report_at_exit(configured=self.settings != Settings())
+        self.stats.report_at_exit(configured=self.configured)
 
     @contextlib.contextmanager
     def tune_lock(self, key: CacheKey, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[bool]:
@@ -531,7 +534,9 @@ def _install(settings: Settings) -> Cache:
 def configure(settings: Settings | None = None) -> Cache:
     """Replace the process-wide cache: the Python equivalent of AUTOTUNE_FLAGS."""
     with _cache_lock:
-        return _install(settings if settings is not None else settings_from_env())
+        cache = _install(settings if settings is not None else settings_from_env())
+        cache.configured = True  # asked for: its summary line and long tunings' progress speak
+        return cache
 
 
 def get_cache() -> Cache:

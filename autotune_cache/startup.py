@@ -21,11 +21,11 @@ names the flag.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import warnings
 
 from autotune_cache.config.flags import ENV_VAR, settings_from_env
+from autotune_cache.foundation import env
 
 ALL_KERNELS = "--autotune_all_kernels"
 REQUIRE_COMPLETE = "--require_complete_autotune_results"
@@ -33,7 +33,7 @@ PTH_MARK = "_autotune_cache_pth_ran"  # set on sys by the .pth before it calls a
 
 
 def _mentioned() -> bool:
-    flags = os.environ.get(ENV_VAR, "")
+    flags = env.get(env.AUTOTUNE_FLAGS)
     return ALL_KERNELS[2:] in flags or REQUIRE_COMPLETE[2:] in flags
 
 

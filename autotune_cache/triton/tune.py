@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune_cache.cache import get_cache
-from autotune_cache.config.flags import Settings
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import Tuned, TuneJob
@@ -83,7 +82,7 @@ class KernelTuning:
         tuner = self.tuner
         self.progress = Progress(tuner.kernel_name, job.key.problem, str(job.key.device),
                                  total=len(self.configs), reused=len(job.reused),
-                                 configured=get_cache().settings != Settings())
+                                 configured=get_cache().configured)
         started = time.perf_counter()
         timings, completed, finalists, specs = self._benchmark(list(job.todo))
         tuner.bench_time = time.perf_counter() - started

@@ -31,14 +31,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
     ("autotune_cache.report",),
     ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest_plugin"),
-    ("autotune_cache", "autotune_cache.__main__"),
+    ("autotune_cache", "autotune_cache.__main__", "autotune_cache.startup"),
 )
 
 # What sits at the package root: the public surface (autotune_cache/__init__.py's exports and the
 # modules and subpackages users, docs and entry points name), whatever its layer. Every other
 # module lives in the folder of its layer (docs/decisions/0023-layer-folders.md).
 PUBLIC_ROOT = {
-    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin",
+    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "startup",
     "proto", "tiers", "resultsets", "xla", "report", "triton",
 }
 LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}
