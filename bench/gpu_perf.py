@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -303,6 +304,9 @@ def markdown(summary: dict, env_report: dict) -> str:
 
 
 def main() -> int:
+    # The shared compile cache's passes: the fleet's key, made up for this run (every pass's
+    # processes inherit it), as a CI secret store would hand it out.
+    os.environ.setdefault("AUTOTUNE_REMOTE_COMPILE_KEY", secrets.token_hex(32))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--smoke", action="store_true", help="tiny, any machine (CI)")

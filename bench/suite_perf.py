@@ -45,6 +45,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -513,6 +514,9 @@ def resummarize(path: Path, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The shared compile cache's passes: the fleet's key, made up for this run (every pass's
+    # processes inherit it), as a CI secret store would hand it out.
+    os.environ.setdefault("AUTOTUNE_REMOTE_COMPILE_KEY", secrets.token_hex(32))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--suite", choices=sorted(SUITES), default=None)

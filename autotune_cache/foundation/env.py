@@ -23,6 +23,7 @@ RULES_AUTOTUNE_MACRO_FLAGS = "RULES_AUTOTUNE_MACRO_FLAGS"
 AUTOTUNE_REGEN_HINT = "AUTOTUNE_REGEN_HINT"
 AUTOTUNE_PROGRESS = "AUTOTUNE_PROGRESS"
 AUTOTUNE_VERBOSE = "AUTOTUNE_VERBOSE"
+AUTOTUNE_REMOTE_COMPILE_KEY = "AUTOTUNE_REMOTE_COMPILE_KEY"
 AUTOTUNE_BENCH_LOCK_DIR = "AUTOTUNE_BENCH_LOCK_DIR"
 AUTOTUNE_DUMP_RUN = "AUTOTUNE_DUMP_RUN"
 TRITON_PRINT_AUTOTUNING = "TRITON_PRINT_AUTOTUNING"
@@ -66,6 +67,13 @@ VARIABLES: tuple[Variable, ...] = (
              "the cache) even with no flags; `0`: never print it. Unset: printed only when "
              "the process was configured (flags, or `configure()`), as `triton.autotune` is "
              "silent unless `TRITON_PRINT_AUTOTUNING` asks ([cache.md](cache.md))"),
+    Variable(AUTOTUNE_REMOTE_COMPILE_KEY, "you (your CI's secret store)",
+             "triton.remote_compile",
+             "the secret (at least 32 characters, the same on every machine of the fleet) that "
+             "authenticates each compiled kernel on the `--autotune_remote_compile_cache` "
+             "server: values are written with an HMAC-SHA256 tag under it, and a value whose "
+             "tag does not verify is never used. Required by that flag; never logged "
+             "([security.md](security.md#the-remote-compile-cache))"),
     Variable(AUTOTUNE_PROGRESS, "you", "triton.progress",
              "`1`/`true`/`yes`/`on` always show tuning progress lines (stderr; pytest's "
              "terminal under the plugin), `0`/`false`/`no`/`off` never (default: only for long "
@@ -150,6 +158,11 @@ def progress_mode() -> str:
 def verbose() -> bool | None:
     """$AUTOTUNE_VERBOSE as a boolean, or None when unset or empty."""
     return parse_bool(get(AUTOTUNE_VERBOSE))
+
+
+def remote_compile_key() -> bytes:
+    """$AUTOTUNE_REMOTE_COMPILE_KEY's bytes (b'' when unset). A secret: never log it."""
+    return get(AUTOTUNE_REMOTE_COMPILE_KEY).strip().encode()
 
 
 def bench_lock_dir() -> Path | None:

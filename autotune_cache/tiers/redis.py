@@ -13,7 +13,11 @@ Everything the server sends is untrusted (docs/security.md):
 - a server that does not answer as Redis does (a reply of the wrong type, a protocol error, an
   HTTP server) disables the tier for the process with a warning that says so, as an unreachable
   one does: the remote tier never fails a run;
-- the URL is shown with its password replaced by `***` (redact.py) in every message and repr.
+- the URL is shown with its password replaced by `***` (redact.py) in every message and repr;
+- a slow server is given up: the process spends at most TIME_BUDGET_S waiting for the tier's
+  lookups and uploads (each call stays under its socket timeout, so a server answering in 1.8 s
+  of a 2 s timeout once cost 3.6 s per miss, silently); past the budget the tier is disabled for
+  the process with one warning naming the time spent.
 
 The tuning lock is a short lease its holder renews (lease.py), so a killed holder stalls its
 peers for at most LOCK_LEASE_S, and a waiter whose own wait runs out tunes without the lock.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +57,9 @@ MAX_VALUE_BYTES = MAX_REMOTE_VALUE_BYTES
 MAX_REPLY_BYTES = MAX_REMOTE_VALUE_BYTES + 64 * 1024
 # The tuning lock's lease: a live holder renews it every third of this; a killed one's runs out.
 LOCK_LEASE_S = 10.0
+# The most one process waits on the remote tier's lookups and uploads (the tuning lock's waits
+# for a peer are not counted) before giving the server up; a healthy server answers in ms.
+TIME_BUDGET_S = 10.0
 _DIGEST = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -164,6 +172,7 @@ class RedisTier:
         self._not_redis = (NotRedisError, redis.exceptions.InvalidResponse)
         self.available = True
         self._large_indexes: set[str] = set()
+        self.spent_s = 0.0  # waiting for the server, against TIME_BUDGET_S
 
     def __repr__(self) -> str:
         return f"RedisTier({self.url!r}, writable={self.writable})"
@@ -184,6 +193,21 @@ class RedisTier:
                         "for this process", self.url, what, type(error).__name__,
                         redact(str(error)))
         self.available = False
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        """Count the time spent waiting for the server; past TIME_BUDGET_S, give it up."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent_s += time.monotonic() - start
+            if self.available and self.spent_s > TIME_BUDGET_S:
+                self.available = False
+                log.warning("autotune_cache: remote cache %s is too slow: this process waited "
+                            "%.1f s for it (the budget is %.0f s per process); continuing "
+                            "without it for this process", self.url, self.spent_s,
+                            TIME_BUDGET_S)
 
     def _decode(self, data: bytes, where: str) -> tuple[CacheKey, pb.Entry] | None:
         """The (key, entry) in a value, or None after a warning when it is not one of ours."""
@@ -252,7 +276,8 @@ class RedisTier:
             return None
         name = f"{NAMESPACE}:entry:{key.digest()}"
         try:
-            data = self._fetch([name])[0]
+            with self._timed():
+                data = self._fetch([name])[0]
         except self._errors as e:
             self._down(e)
             return None
@@ -273,10 +298,11 @@ class RedisTier:
             return
         name = f"{NAMESPACE}:entry:{key.digest()}"
         try:
-            pipe = self._client.pipeline()
-            pipe.set(name, entry.SerializeToString(deterministic=True))
-            pipe.sadd(_problem_index(key), key.digest())
-            _execute(pipe)
+            with self._timed():
+                pipe = self._client.pipeline()
+                pipe.set(name, entry.SerializeToString(deterministic=True))
+                pipe.sadd(_problem_index(key), key.digest())
+                _execute(pipe)
         except self._errors as e:
             self._down(e)
 
@@ -287,33 +313,38 @@ class RedisTier:
             return []
         index = _problem_index(key)
         try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.scard(index)
-            pipe.srandmember(index, MAX_REMOTE_INDEX_MEMBERS)
-            size, members = _execute(pipe, raise_on_error=False)
-            if isinstance(size, self._response_error):
-                warn_damaged(f"{self.origin} {index}", "this index is not a set (it is ignored)",
-                             kind="remote index")
-                return []
-            if (_integer(size, "SCARD") > MAX_REMOTE_INDEX_MEMBERS
-                    and index not in self._large_indexes):
-                self._large_indexes.add(index)
-                log.warning("autotune_cache: %s %s has %s members, more than the %s a lookup "
-                            "reads; near misses (stale-entry names, reusable timings) come from "
-                            "a sample of them", self.origin, index, f"{size:,}",
-                            f"{MAX_REMOTE_INDEX_MEMBERS:,}")
-            if not isinstance(members, list):
-                raise NotRedisError(f"SRANDMEMBER answered {type(members).__name__}, not a list")
-            # Index members are written by anyone: only our 64-hex digests name entries.
-            digests = sorted({d.decode() for d in members
-                              if isinstance(d, bytes) and _DIGEST.fullmatch(d)})
-            if not digests:
-                return []
-            names = [f"{NAMESPACE}:entry:{d}" for d in digests]
-            values = self._fetch(names)
+            with self._timed():
+                return self._same_problem(index)
         except self._errors as e:
             self._down(e)
             return []
+
+    def _same_problem(self, index: str) -> list[Found]:
+        """same_problem's reads, timed by the caller."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.scard(index)
+        pipe.srandmember(index, MAX_REMOTE_INDEX_MEMBERS)
+        size, members = _execute(pipe, raise_on_error=False)
+        if isinstance(size, self._response_error):
+            warn_damaged(f"{self.origin} {index}", "this index is not a set (it is ignored)",
+                         kind="remote index")
+            return []
+        if (_integer(size, "SCARD") > MAX_REMOTE_INDEX_MEMBERS
+                and index not in self._large_indexes):
+            self._large_indexes.add(index)
+            log.warning("autotune_cache: %s %s has %s members, more than the %s a lookup "
+                        "reads; near misses (stale-entry names, reusable timings) come from "
+                        "a sample of them", self.origin, index, f"{size:,}",
+                        f"{MAX_REMOTE_INDEX_MEMBERS:,}")
+        if not isinstance(members, list):
+            raise NotRedisError(f"SRANDMEMBER answered {type(members).__name__}, not a list")
+        # Index members are written by anyone: only our 64-hex digests name entries.
+        digests = sorted({d.decode() for d in members
+                          if isinstance(d, bytes) and _DIGEST.fullmatch(d)})
+        if not digests:
+            return []
+        names = [f"{NAMESPACE}:entry:{d}" for d in digests]
+        values = self._fetch(names)
         found = []
         for name, value in zip(names, values, strict=True):
             if value is None:

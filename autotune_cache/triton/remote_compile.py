@@ -14,14 +14,23 @@ the first machine compiles it and uploads the binaries, every later sandbox down
   inherited the variables decides from its own AUTOTUNE_FLAGS at its first compile: without the
   flag it compiles locally and removes them for its own children.
 - Values larger than MAX_VALUE_BYTES are neither uploaded nor used.
-- Compiled kernels are code: only turn this on for a server the fleet controls (docs/security.md).
+- Compiled kernels are code, and anyone who can write the server could plant one. Every value
+  is written as TAG_PREFIX, an HMAC-SHA256 tag under AUTOTUNE_REMOTE_COMPILE_KEY (a secret the
+  fleet's machines hold, never the server) over the Redis key and the bytes, then the bytes; a
+  value whose tag does not verify is never used (Triton compiles locally) and is counted in one
+  warning. The flag refuses to start without the key (docs/security.md).
+- `--autotune_cache_mode=read` reads the server and never uploads to it.
+- A slow server is given up after TIME_BUDGET_S of waiting in this process, with one warning.
 (docs/decisions/0011-remote-compile-cache.md)
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -46,18 +55,60 @@ NAMESPACE = "autotune_cache:v1:triton"
 # A compiled kernel (cubin, PTX, IR, metadata) is well under this; larger values are not ours.
 MAX_VALUE_BYTES = 64 * 1024 * 1024
 TIMEOUT_S = 2.0
+TIME_BUDGET_S = 10.0  # waiting for the server, per process, before giving it up
+TAG_PREFIX = b"autotune_cache-hmac-sha256:"  # then the 32-byte tag, then the file's bytes
+TAG_BYTES = 32
+MIN_KEY_BYTES = 32
 
 _lock = threading.Lock()
 _url: str | None = None
 _client: Any = None
 _errors: tuple[type[BaseException], ...] = ()
 _available = True
+_read_only = False
+_spent_s = 0.0
+_rejected = 0
 
 
-def enable(url: str) -> bool:
-    """Point Triton's compile cache at the Redis server `url` in this process and its children;
-    returns False (and warns) when the user's own TRITON_CACHE_MANAGER is kept."""
-    global _url, _client, _available
+def _secret() -> bytes:
+    """The fleet's key (AUTOTUNE_REMOTE_COMPILE_KEY); FlagError naming the variable when it is
+    missing or short. Never logged."""
+    key = env.remote_compile_key()
+    if len(key) < MIN_KEY_BYTES:
+        state = "is not set" if not key else f"is shorter than {MIN_KEY_BYTES} characters"
+        raise FlagError(
+            f"--autotune_remote_compile_cache: {env.AUTOTUNE_REMOTE_COMPILE_KEY} {state}. "
+            "Compiled kernels downloaded from the server run as code on this machine, so each "
+            "is authenticated with a key the fleet's machines hold and the server does not: "
+            f"set {env.AUTOTUNE_REMOTE_COMPILE_KEY} to a secret of at least {MIN_KEY_BYTES} "
+            "characters from your CI's secret store, the same on every machine (for example "
+            "`python -c 'import secrets; print(secrets.token_hex(32))'`), or drop the flag.")
+    return key
+
+
+def seal(name: str, data: bytes, key: bytes) -> bytes:
+    """The value stored for `data` at Redis key `name`: TAG_PREFIX, its tag, the bytes."""
+    tag = hmac.new(key, name.encode() + b"\0" + data, hashlib.sha256).digest()
+    return TAG_PREFIX + tag + data
+
+
+def unseal(name: str, value: bytes, key: bytes) -> bytes | None:
+    """The bytes of a stored value whose tag verifies under `key` for `name`, else None."""
+    head = len(TAG_PREFIX) + TAG_BYTES
+    if len(value) < head or not value.startswith(TAG_PREFIX):
+        return None
+    data = value[head:]
+    expected = hmac.new(key, name.encode() + b"\0" + data, hashlib.sha256).digest()
+    return data if hmac.compare_digest(value[len(TAG_PREFIX):head], expected) else None
+
+
+def enable(url: str, *, read_only: bool = False) -> bool:
+    """Point Triton's compile cache at the Redis server `url` in this process and its children
+    (`read_only`: --autotune_cache_mode=read, nothing is uploaded); returns False (and warns)
+    when the user's own TRITON_CACHE_MANAGER is kept. FlagError without the fleet's key."""
+    global _url, _client, _available, _read_only
+    _secret()
+    _read_only = read_only
     environ = env.environ()
     current = environ.get(TRITON_CACHE_MANAGER)
     if current and current != REMOTE_MANAGER:
@@ -84,7 +135,7 @@ def follow(settings: Settings) -> None:
     that inherited the variables from a parent that had it, stops using the server)."""
     url = server_of(settings)
     if url is not None:
-        enable(url)
+        enable(url, read_only=settings.cache_mode == "read")
     else:
         disable()
 
@@ -108,7 +159,7 @@ def disable() -> None:
 def _connect() -> Any:
     """The process's one client (a connection pool), made on first use; None in a process
     that inherited Triton's variables while its own flags do not ask for the server."""
-    global _client, _errors, _url
+    global _client, _errors, _url, _read_only
     with _lock:
         if _client is not None:
             return _client
@@ -117,7 +168,11 @@ def _connect() -> Any:
             # (AUTOTUNE_FLAGS, inherited or its own) decide, as the tuner's slow path would.
             from autotune_cache.config.flags import settings_from_env
 
-            _url = server_of(settings_from_env())
+            settings = settings_from_env()
+            _url = server_of(settings)
+            _read_only = settings.cache_mode == "read"
+            if _url is not None:
+                _secret()
         if _url is not None:
             import redis
 
@@ -147,6 +202,30 @@ def _down(error: BaseException) -> None:
                     "compiling locally", redact(str(_url)), redact(str(error)))
 
 
+def _spend(start: float) -> None:
+    """Count time spent waiting for the server; past TIME_BUDGET_S, give it up (one warning)."""
+    global _spent_s, _available
+    _spent_s += time.monotonic() - start
+    if _available and _spent_s > TIME_BUDGET_S:
+        _available = False
+        log.warning("autotune_cache: the remote compile cache on %s is too slow: this process "
+                    "waited %.1f s for it (the budget is %.0f s per process); compiling locally",
+                    redact(str(_url)), _spent_s, TIME_BUDGET_S)
+
+
+def _reject(names: list[str]) -> None:
+    """Values whose tag did not verify: never used; said once per process, then counted."""
+    global _rejected
+    first = _rejected == 0
+    _rejected += len(names)
+    if first:
+        log.warning("autotune_cache: the remote compile cache on %s holds compiled kernels whose "
+                    "authentication tag does not verify under %s (planted by a writer without "
+                    "the key, or written with another key), e.g. %s; they are never used, "
+                    "Triton compiles them here (docs/security.md)", redact(str(_url)),
+                    env.AUTOTUNE_REMOTE_COMPILE_KEY, names[0])
+
+
 class RedisCompileBackend(RemoteCacheBackend):
     """Triton's `RemoteCacheBackend` on the --autotune_remote_cache server (see the module
     docstring); Triton makes one per kernel hash (`key`)."""
@@ -165,30 +244,50 @@ class RedisCompileBackend(RemoteCacheBackend):
         if not _available or self._client is None:
             return {}
         names = [self._name(f) for f in filenames]
+        limit = MAX_VALUE_BYTES + len(TAG_PREFIX) + TAG_BYTES
+        start = time.monotonic()
         try:
             pipe = self._client.pipeline(transaction=False)
             for name in names:
                 pipe.strlen(name)
             sizes = pipe.execute(raise_on_error=False)
             fits = [(f, name) for f, name, size in zip(filenames, names, sizes, strict=True)
-                    if type(size) is int and 0 < size <= MAX_VALUE_BYTES]
+                    if type(size) is int and 0 < size <= limit]
             if not fits:
                 return {}
             pipe = self._client.pipeline(transaction=False)
             for _, name in fits:
-                pipe.getrange(name, 0, MAX_VALUE_BYTES - 1)
+                pipe.getrange(name, 0, limit - 1)
             values = pipe.execute(raise_on_error=False)
         except _errors as e:
             _down(e)
             return {}
-        return {f: v for (f, _), v in zip(fits, values, strict=True)
-                if isinstance(v, bytes) and 0 < len(v) <= MAX_VALUE_BYTES}
+        finally:
+            _spend(start)
+        key = _secret()
+        found, rejected = {}, []
+        for (f, name), value in zip(fits, values, strict=True):
+            if not isinstance(value, bytes) or not 0 < len(value) <= limit:
+                continue
+            data = unseal(name, value, key)
+            if data is None:
+                rejected.append(name)
+            elif data:
+                found[f] = data
+        if rejected:
+            _reject(rejected)
+        return found
 
     def put(self, filename: str, data: bytes) -> None:
-        """Upload one file (best effort)."""
-        if not _available or self._client is None or len(data) > MAX_VALUE_BYTES:
+        """Upload one file (best effort), sealed with the fleet's key; nothing in read mode."""
+        if (_read_only or not _available or self._client is None
+                or len(data) > MAX_VALUE_BYTES):
             return
+        name = self._name(filename)
+        start = time.monotonic()
         try:
-            self._client.set(self._name(filename), data)
+            self._client.set(name, seal(name, data, _secret()))
         except _errors as e:
             _down(e)
+        finally:
+            _spend(start)

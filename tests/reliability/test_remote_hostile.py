@@ -20,7 +20,7 @@ from autotune_cache.tiers.redis import NAMESPACE, RedisTier
 from tests.cachetools import CPU, fake_tune, make_key
 from tests.core.test_tiers_redis import redis_server
 from tests.reliability.conftest import run_python
-from tests.reliability.fake_resp import array, bulk, fake_server, free_port
+from tests.reliability.fake_resp import array, bulk, fake_server, free_port, polite
 
 pytest.importorskip("redis", reason="the redis client is not installed (extra 'redis')")
 KEY = make_key()
@@ -188,3 +188,38 @@ def test_an_endpoint_that_does_not_speak_redis_is_named(what):
     assert ("does not answer as a Redis server" in res.err or "Timeout reading" in res.err
             or "Connection closed by server" in res.err), res.err
     assert "hunter2" not in res.text
+
+
+def slow(args: list[bytes]) -> bytes:
+    """A server that answers every command correctly (nothing is there) but late: under the
+    client's 2 s socket timeout, so no call ever fails."""
+    import time as _time
+
+    _time.sleep(0.15)
+    command = args[0].upper() if args else b""
+    if command in (b"EXISTS", b"STRLEN", b"SCARD", b"SADD"):
+        return b":0\r\n"
+    if command == b"SRANDMEMBER":
+        return array([])
+    if command in (b"SET", b"MULTI", b"EXEC"):
+        return b"+OK\r\n"
+    return polite(args) or b"$-1\r\n"
+
+
+def test_a_slow_server_is_given_up_after_the_processs_time_budget(monkeypatch, caplog):
+    """Issue 36: a server answering each reply in 1.8 s of a 2 s timeout was never disabled, so
+    each miss cost 3.6 s, silently. Here each reply takes 0.15 s and the budget is 1 s."""
+    from autotune_cache.tiers import redis as redis_tier
+
+    monkeypatch.setattr(redis_tier, "TIME_BUDGET_S", 1.0)
+    with fake_server(slow) as url:
+        cache = Cache(Settings(remote_cache=url))
+        tier = next(t for t in cache.tiers if isinstance(t, RedisTier))
+        with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+            for i in range(30):
+                assert cache.lookup(make_key(problem={"i": i})) is None
+        assert not tier.available
+        assert 1.0 < tier.spent_s < 3.0, tier.spent_s
+    warnings = [r.getMessage() for r in caplog.records if "too slow" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "hunter2" not in warnings[0] and "budget is 1 s per process" in warnings[0]

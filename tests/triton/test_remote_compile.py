@@ -26,6 +26,7 @@ from triton.runtime.cache import RemoteCacheManager, get_cache_manager  # noqa: 
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_HASH = "ab" * 32  # Triton's cache keys are hex hashes
+FLEET_KEY = "fleet-secret-" + "k" * 40  # AUTOTUNE_REMOTE_COMPILE_KEY of the tests' fleet
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,10 @@ def triton_env(monkeypatch):
     monkeypatch.setattr(remote_compile, "_url", None)
     monkeypatch.setattr(remote_compile, "_client", None)
     monkeypatch.setattr(remote_compile, "_available", True)
+    monkeypatch.setattr(remote_compile, "_read_only", False)
+    monkeypatch.setattr(remote_compile, "_spent_s", 0.0)
+    monkeypatch.setattr(remote_compile, "_rejected", 0)
+    monkeypatch.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", FLEET_KEY)
     return monkeypatch
 
 
@@ -189,6 +194,7 @@ def _child(server_flags: str, filename: str, tmp_path) -> dict:
     """Run CHILD: it files `filename` under a kernel hash of its own TRITON_CACHE_DIR."""
     environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     environment.update(AUTOTUNE_FLAGS=server_flags, TRITON_CACHE_DIR=str(tmp_path / filename),
+                       AUTOTUNE_REMOTE_COMPILE_KEY=FLEET_KEY,
                        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                                 os.environ.get("PYTHONPATH")])),
                        **{remote_compile.TRITON_CACHE_MANAGER: remote_compile.REMOTE_MANAGER,
@@ -227,3 +233,50 @@ def test_a_child_whose_flags_keep_it_uploads(server, triton_env, tmp_path):
     assert len(_uploaded(server, filename)) == 1
     assert out["first"] == out["second"] == "RemoteCacheManager" and out["found_again"]
     assert out["manager_left"] == remote_compile.REMOTE_MANAGER
+
+
+# ----- the trust model (issue 36): authenticated values, read mode, the missing key -----------
+
+
+def test_a_planted_or_forged_kernel_is_never_used(server, triton_env, tmp_path, caplog):
+    """A second writer of the server plants a cubin for a kernel the fleet will compile: raw,
+    and with a tag under another key. Neither is used: Triton compiles locally, and one warning
+    says so, without the key."""
+    import redis
+
+    client = redis.Redis.from_url(server)
+    remote_compile.enable(server)
+    raw = f"{remote_compile.NAMESPACE}:{KERNEL_HASH}:planted.cubin"
+    forged = f"{remote_compile.NAMESPACE}:{KERNEL_HASH}:forged.cubin"
+    client.set(raw, b"\x7fELF evil")
+    client.set(forged, remote_compile.seal(forged, b"\x7fELF evil", b"w" * 40))
+    backend = remote_compile.RedisCompileBackend(KERNEL_HASH)
+    with caplog.at_level(logging.WARNING, logger="autotune_cache"):
+        assert backend.get(["planted.cubin", "forged.cubin"]) == {}
+        assert backend.get(["planted.cubin"]) == {}
+    warnings = [r.getMessage() for r in caplog.records if "does not verify" in r.getMessage()]
+    assert len(warnings) == 1 and FLEET_KEY not in warnings[0]
+    assert machine(triton_env, tmp_path / "a").get_file("planted.cubin") is None
+    # What the fleet writes itself verifies.
+    backend.put("good.cubin", b"\x7fELF good")
+    assert backend.get(["good.cubin"]) == {"good.cubin": b"\x7fELF good"}
+    client.delete(raw, forged)
+
+
+def test_read_mode_reads_the_server_and_never_uploads(server, triton_env, tmp_path):
+    assert remote_compile.enable(server)
+    machine(triton_env, tmp_path / "a").put(b"\x7fELF shared", "shared.cubin")
+    remote_compile.enable(server, read_only=True)
+    reader = machine(triton_env, tmp_path / "b")
+    assert reader.get_file("shared.cubin") is not None
+    reader.put(b"\x7fELF mine", "readers-own.cubin")
+    assert _uploaded(server, "readers-own.cubin") == []
+
+
+def test_the_flag_refuses_to_start_without_the_fleets_key(server, triton_env):
+    triton_env.delenv("AUTOTUNE_REMOTE_COMPILE_KEY")
+    with pytest.raises(FlagError, match="AUTOTUNE_REMOTE_COMPILE_KEY is not set"):
+        remote_compile.enable(server)
+    triton_env.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", "short")
+    with pytest.raises(FlagError, match="shorter than 32 characters"):
+        remote_compile.enable(server)
