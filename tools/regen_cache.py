@@ -62,7 +62,7 @@ from regen_bazel import (
     working_package,
 )
 from regen_diff import Change, committed_bytes, compare
-from regen_orphans import Orphan, find_orphans
+from regen_orphans import Orphan, find_orphans, moved_caches
 from regen_scheduler import (
     Plan,
     SchedulerError,
@@ -402,6 +402,10 @@ def run(args: argparse.Namespace) -> int:
     targets = found.targets
     bad = bad_pattern_lines(found.bad_patterns, package)
     orphans = find_orphans(bazel, workspace, patterns, targets, found.query_flags)
+    # A test moved here from a package these patterns do not cover: its old cache, with every
+    # entry, is an orphan there (named before any tuning from scratch).
+    orphans += moved_caches(bazel, workspace, targets, found.query_flags,
+                            known=[o.path for o in orphans])
     if not targets:
         if orphans:
             return report([], args.check, found.broken_packages, orphans, bad)
@@ -413,10 +417,11 @@ def run(args: argparse.Namespace) -> int:
             f"no autotuned_py_test matches {' '.join(patterns)} in {workspace}."
         )
     if any(orphan.renamed_to for orphan in orphans):
-        # A renamed test would be tuned from scratch into its new file, while its old file,
-        # with every entry, sits next to it: say so before any dump runs.
-        log("nothing was run: a test without a cache sits next to an orphaned cache file; move "
-            "(or delete) the orphaned file first, so that a renamed test keeps its entries")
+        # A renamed or moved test would be tuned from scratch into its new file, while its old
+        # file, with every entry, is still committed: say so before any dump runs.
+        log("nothing was run: a test without a cache has an orphaned cache file of its name "
+            "(beside it, or in another package); move (or delete) the orphaned file first, so "
+            "that a renamed or moved test keeps its entries")
         return report([], args.check, found.broken_packages, orphans, bad)
     plan = scheduling_plan(args, bazel)
     broken = set(found.broken_packages)

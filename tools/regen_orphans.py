@@ -20,7 +20,10 @@ How an orphan is found (docs/bazel.md, "Orphaned caches"):
 
 A candidate nobody uses is an orphan. When a test of the same package has no cache file yet,
 the orphan is most likely that test's cache under its old name: the advice is then
-`git mv old new`, which keeps every entry, instead of a full re-tune.
+`git mv old new`, which keeps every entry, instead of a full re-tune. The same holds across
+packages: a test moved to another package keeps its name, so an orphan anywhere in the
+workspace with the file name of a test that has no cache yet is offered to it (moved_caches
+finds those for a regen of the new package alone, which never looks at the old one).
 """
 
 from __future__ import annotations
@@ -61,8 +64,10 @@ class Orphan:
             text += " (unless a rule in a package that failed to load does)"
         if len(self.renamed_to) == 1:
             (target,) = self.renamed_to
+            how = ("renamed" if Path(target.cache_path).parent == Path(self.path).parent
+                   else "moved to its package")
             return (f"{text}, and {target.test_label} has no cache yet: if that test is the old "
-                    f"one renamed, keep its entries with `git mv {self.path} "
+                    f"one {how}, keep its entries with `git mv {self.path} "
                     f"{target.cache_path}`; otherwise delete it with `git rm {self.path}`")
         if self.renamed_to:
             tests = ", ".join(t.test_label for t in self.renamed_to)
@@ -184,5 +189,28 @@ def find_orphans(bazel: Bazel, workspace: Path, patterns: Sequence[str],
         package = labels[path][2:].split(":", 1)[0]
         renamed = tuple(t for t in missing
                         if t.package == package and t.cache_path.endswith(CACHE_FILE_SUFFIX))
-        orphans.append(Orphan(path, renamed, unsure=not complete))
+        moved = tuple(t for t in missing if t.package != package
+                      and Path(t.cache_path).name == Path(path).name)
+        orphans.append(Orphan(path, renamed or moved, unsure=not complete))
     return orphans
+
+
+def moved_caches(bazel: Bazel, workspace: Path, targets: Sequence[DumpTarget],
+                 flags: Sequence[str] = (), known: Sequence[str] = ()) -> list[Orphan]:
+    """Committed caches outside the packages looked at that no rule uses and that carry the
+    file name of one of `targets` without a cache yet: that test most likely moved from their
+    package, and `git mv` keeps its entries. `known`: orphans already reported. One query of
+    the whole workspace, only when such a file exists."""
+    missing = [t for t in targets if not (workspace / t.cache_path).is_file()]
+    names = {Path(t.cache_path).name for t in missing}
+    if not names:
+        return []
+    own = {t.cache_path for t in targets} | set(known)
+    found = [path for path in candidate_files(workspace, ["//..."])
+             if Path(path).name in names and path not in own]
+    if not found:
+        return []
+    listed, complete = files_used_by_rules(bazel, workspace_universe(workspace), flags)
+    return [Orphan(path, tuple(t for t in missing if Path(t.cache_path).name == Path(path).name),
+                   unsure=not complete)
+            for path in found if file_label(path, workspace) not in listed]

@@ -106,3 +106,42 @@ def test_advice_is_git_rm_or_git_mv_to_the_test_without_a_cache() -> None:
     either = regen_orphans.Orphan(path, (new, other), unsure=True).advice()
     assert "if one of //team_a:new_test, //team_a:other_test" in either
     assert "unless a rule in a package that failed to load does" in either
+
+
+class _Query:
+    def __init__(self, labels: list[str]) -> None:
+        self.stdout = "\n".join(labels)
+        self.broken_packages: list[str] = []
+
+
+class _Bazel:
+    """What moved_caches asks of Bazel: the source files rules list (one query)."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.labels, self.queries = labels, 0
+
+    def query(self, *args: str) -> _Query:
+        self.queries += 1
+        return _Query(self.labels)
+
+
+def test_a_test_moved_to_another_package_is_offered_its_old_cache(monorepo: Path) -> None:
+    """Issue 36: a regen of the new package alone once re-tuned from scratch and never named
+    the old cache; `--check //...` offered only `git rm`."""
+    (monorepo / "team_b/old_test.autotune.textproto").unlink(missing_ok=True)
+    moved = DumpTarget("//team_b:old_test.dump", "team_b/old_test.autotune.textproto")
+    bazel = _Bazel(["//team_a:a_test.autotune.textproto"])
+    found = regen_orphans.moved_caches(bazel, monorepo, [moved])  # type: ignore[arg-type]
+    assert [o.path for o in found] == ["team_a/old_test.autotune.textproto"]
+    advice = found[0].advice()
+    assert ("and //team_b:old_test has no cache yet: if that test is the old one moved to its "
+            "package, keep its entries with `git mv team_a/old_test.autotune.textproto "
+            "team_b/old_test.autotune.textproto`") in advice
+    # A same-named cache that a rule still uses belongs to another test: never offered.
+    used = _Bazel(["//team_a:old_test.autotune.textproto"])
+    assert regen_orphans.moved_caches(used, monorepo, [moved]) == []  # type: ignore[arg-type]
+    # Nothing to offer, nothing asked of Bazel.
+    has_cache = DumpTarget("//team_b:b_test.dump", "team_b/b_test.autotune.textproto")
+    idle = _Bazel([])
+    assert regen_orphans.moved_caches(idle, monorepo, [has_cache]) == []  # type: ignore[arg-type]
+    assert idle.queries == 0
