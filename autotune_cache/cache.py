@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
-from functools import cached_property
 from pathlib import Path
 
 from autotune_cache.config.flags import Settings, regen_hint, settings_from_env
@@ -28,7 +27,6 @@ from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.validate import entry_problem, warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.dirstore import DirectoryStore
 from autotune_cache.store.dumpfile import DumpFile
 from autotune_cache.store.stats import Stats
 from autotune_cache.store.tuning import (
@@ -96,6 +94,7 @@ class Cache:
         self._used: dict[str, Keyed] = {}
         self._dump_dirty = False
         self._listeners: list[LookupListener] = []
+        self._near_memo: dict[str, list[Found]] = {}  # a missed key's near misses (lookup)
         self._finishers: list[Callable[[], None]] = []
         if self.settings.dump_merge and self.settings.dump_to is None:
             raise FlagError(
@@ -139,7 +138,6 @@ class Cache:
         with self._lock:
             self.settings = replace(self.settings, cache_dir=directory)
             self.tiers = build_tiers(self.settings, self.memory)
-            self.__dict__.pop("store", None)  # the cached_property, for the new directory
 
     def add_listener(self, listener: LookupListener) -> None:
         """Call `listener(key, entry, error)` after every lookup: `entry` is the hit (None on a
@@ -151,12 +149,6 @@ class Cache:
               error: MissingResultError | None = None) -> None:
         for listener in self._listeners:
             listener(key, entry, error)
-
-    @cached_property
-    def store(self) -> DirectoryStore | None:
-        """The cache directory's store, when --autotune_cache_dir is set."""
-        cache_dir = self.settings.cache_dir
-        return DirectoryStore(cache_dir) if cache_dir else None
 
     def _shared(self) -> list[Tier]:
         return [t for t in self.tiers if t.shared]
@@ -205,11 +197,10 @@ class Cache:
                 self._mark_used(found.key, found.entry)
                 self._tell(key, found.entry)
                 return found.entry
-            near = self.near_misses(key)
+            near = self._near_memo[key.digest()] = self._find_near_misses(key)
             # Entries that differ only in the candidate list are not stale: their timings are
-            # reused by an incremental re-tune.
-            stale = [f for f in near if f.key.source_fingerprint != key.source_fingerprint
-                     or f.key.device != key.device or f.key.toolchain != key.toolchain]
+            # reused by an incremental re-tune (CacheKey.is_stale, the one rule).
+            stale = [f for f in near if key.is_stale(f.key)]
             self.stats.miss(key.describe() if stale else None,
                             candidates_changed=bool(near) and not stale)
             if stale:
@@ -254,14 +245,19 @@ class Cache:
                 yield found
 
     def near_misses(self, key: CacheKey) -> list[Found]:
-        """Entries for the same kernel and problem under another device, toolchain or source."""
+        """Entries for the same kernel and problem under another key scheme, device, toolchain,
+        source or candidate list. A miss's are found once, by lookup(), and kept until the key
+        is recorded: the stale check, the timings a re-tune reuses and the pytest plugin's
+        miss report read the same list (a miss once searched every tier three times)."""
+        found = self._near_memo.get(key.digest())
+        return found if found is not None else self._find_near_misses(key)
+
+    def _find_near_misses(self, key: CacheKey) -> list[Found]:
         return [f for f in self._same_problem(key) if f.key != key]
 
     def same_source(self, key: CacheKey) -> list[pb.Entry]:
         """Entries that differ from `key` only in the candidate list: reusable timings."""
-        return [f.entry for f in self.near_misses(key)
-                if f.key.source_fingerprint == key.source_fingerprint
-                and f.key.device == key.device and f.key.toolchain == key.toolchain]
+        return [f.entry for f in self.near_misses(key) if not key.is_stale(f.key)]
 
     def missing_message(self, key: CacheKey, near: list[Found]) -> str:
         """The require_complete error: what is missing, what is stale, how to regenerate."""
@@ -400,6 +396,7 @@ class Cache:
         `key` (the entry's key) when it is at hand, so it is not rebuilt from the entry."""
         key = CacheKey.from_proto(entry.key) if key is None else key
         with self._lock:
+            self._near_memo.pop(key.digest(), None)
             self.stats.tuning_done(entry.result.tuning_seconds, benchmarks)
             for tier in self.tiers:
                 if tier.writable:

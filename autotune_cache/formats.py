@@ -115,13 +115,13 @@ def parse_error(path: Path | str, detail: str, *, text: bool, what: str, data: b
     if damage is not None:
         return CorruptFileError(f"{path}: not a valid {kind}-format {what}: {damage}. "
                                 f"(The parser said: {detail}.)")
-    if _looks_truncated(data, detail, text=text):
+    if not text and data[:1].isalpha():
+        hint = "It looks like text: give it a .textproto extension."
+    elif _looks_truncated(data, detail, text=text):
         hint = ("It ends in the middle of an entry: it was cut off or damaged (an interrupted "
                 "copy, write or download?). Regenerate it, or restore it from version control.")
     elif text and any(s in detail for s in _NEWER_SCHEMA_SIGNS):
         hint = newer_schema_hint
-    elif not text and data[:1].isalpha():
-        hint = "It looks like text: give it a .textproto extension."
     return CorruptFileError(f"{path}: not a valid {kind}-format {what}: {detail}. {hint}")
 
 
@@ -299,11 +299,6 @@ def duplicate_keys(entries: Iterable[pb.Entry]) -> list[str]:
 def keyed(entries: Iterable[pb.Entry]) -> Iterator[Keyed]:
     """(key, entry) pairs for entries whose key is not built yet."""
     return ((CacheKey.from_proto(e.key), e) for e in entries)
-
-
-def sorted_unique(entries: Iterable[pb.Entry]) -> list[pb.Entry]:
-    """Entries deduplicated by key (the last wins) and sorted by key."""
-    return _sorted_unique(keyed(entries))
 
 
 def _sorted_unique(pairs: Iterable[Keyed]) -> list[pb.Entry]:

@@ -164,7 +164,7 @@ def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str
     for twin, value in values.items():
         option = by_twin[twin]
         if option.metavar is None:
-            if value is None or value.lower() in ("1", "true", "yes"):
+            if value is None or autotune_env.parse_bool(value) is True:
                 args.append(option.name)
         else:
             args.append(f"{option.name}={value}")

@@ -202,11 +202,6 @@ def undeclared_outputs_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def regen_hint() -> str:
-    """$AUTOTUNE_REGEN_HINT: the command that regenerates the cache, as the macro sets it."""
-    return get(AUTOTUNE_REGEN_HINT).strip()
-
-
 def triton_interpret() -> bool:
     """$TRITON_INTERPRET as a boolean (only for Triton releases without `triton.knobs`)."""
     return bool(parse_bool(get(TRITON_INTERPRET, "0")))

@@ -121,10 +121,6 @@ class CacheKey:
         object.__setattr__(self, "scheme", scheme)
 
     @property
-    def problem_str(self) -> str:
-        return self.problem
-
-    @property
     def toolchain_str(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.toolchain)
 

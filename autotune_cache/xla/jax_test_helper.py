@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from autotune_cache.config.flags import OUTPUTS_PREFIX, WORKSPACE_PREFIX, regen_hint, resolve_path
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
+from autotune_cache.foundation.env import parse_bool
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DUMP_FLAG = "xla_gpu_dump_autotune_results_to"
@@ -84,8 +85,8 @@ def parse_xla_flags(value: str) -> XlaAutotuneFlags:
     return XlaAutotuneFlags(
         dump_to=found.get(DUMP_FLAG) or None,
         load_from=found.get(LOAD_FLAG) or None,
-        require_complete=REQUIRE_FLAG in found and (require is None or
-                                                    require.lower() in ("1", "true", "yes")),
+        require_complete=REQUIRE_FLAG in found and (require is None
+                                                    or parse_bool(require) is True),
         per_fusion_dir=found.get(PER_FUSION_FLAG) or None,
     )
 

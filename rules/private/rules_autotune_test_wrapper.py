@@ -90,7 +90,9 @@ def wants_flag(env: Mapping[str, str], flag: str) -> bool:
         for token in env.get(variable, "").split():
             name, _, value = token.partition("=")
             if name == flag:
-                return value.lower() in ("", "1", "true", "yes", "on")
+                from autotune_cache.foundation.env import parse_bool  # the one bool parser
+
+                return value == "" or parse_bool(value) is True
     return False
 
 

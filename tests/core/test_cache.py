@@ -15,6 +15,7 @@ from autotune_cache import (
     get_cache,
 )
 from autotune_cache.formats import load_results, save_results
+from autotune_cache.store.dirstore import DirectoryStore
 from tests.cachetools import CPU, fake_tune, make_key
 
 KEY = make_key()
@@ -208,9 +209,9 @@ def test_nothing_happened_prints_nothing(capsys):
 def test_process_cache_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_FLAGS", f"--autotune_cache_dir={tmp_path}/d")
     cache = configure()
-    assert get_cache() is cache and cache.store is not None
+    assert get_cache() is cache and any(t.name == "directory" for t in cache.tiers)
     configure(Settings())
-    assert get_cache().store is None
+    assert not any(t.name == "directory" for t in get_cache().tiers)
 
 
 @pytest.mark.parametrize("in_file", [False, True], ids=["no-file", "file"])
@@ -236,10 +237,10 @@ def test_every_combination_of_tiers(tmp_path, in_file, in_dir, mode, dump):
     assert cache.stats.misses == (1 if in_file or in_dir else 2)
     assert cache.stats.saved_seconds == (3.0 if in_file or in_dir else 0.0)
     files = {p.name for p in cache_dir.glob("*.textproto")}
-    assert (cache.store.path_for(other).name in files) == (mode == "update")
+    assert (DirectoryStore(cache_dir).path_for(other).name in files) == (mode == "update")
     # Hits from a loaded file are not copied into the directory; only tuned results are.
     tuned_here = mode == "update" and not in_file
-    assert (cache.store.path_for(KEY).name in files) == (in_dir or tuned_here)
+    assert (DirectoryStore(cache_dir).path_for(KEY).name in files) == (in_dir or tuned_here)
     # Memory now serves both keys, whatever tier they came from.
     assert cache.lookup(KEY) is not None and cache.lookup(other) is not None
     cache.close()

@@ -39,7 +39,6 @@ def test_use_swaps_in_a_whole_environment(tmp_path: Path) -> None:
         assert env.bench_lock_dir() == tmp_path
         assert env.total_shards() == 4
         assert env.undeclared_outputs_dir() == tmp_path / "out"
-        assert env.regen_hint() == "bazel run x"
         assert settings_from_env().cache_mode == "read"
         with pytest.raises(DumpShardingError, match="runs in 4 shards"):
             Cache(Settings(dump_to=tmp_path / "dump.textproto"))

@@ -20,7 +20,7 @@ import torch
 import triton
 
 from autotune_cache.config.flags import parse_flags
-from autotune_cache.errors import AutotuneCacheError, MissingResultError
+from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import load_results
 from autotune_cache.triton import deferred
 from tests.triton import kernels
@@ -137,13 +137,18 @@ def test_past_the_memory_budget_keys_are_tuned_at_the_launch(
     assert deferred._held_bytes == 0  # released at the end
 
 
-def test_require_complete_still_fails_the_launch(use_cache, fake, overlap,
-                                                 tmp_path: Path) -> None:
-    use_cache(dump_to=tmp_path / "d.textproto", require_complete=True)
+def test_a_dump_run_tunes_even_under_require_complete(use_cache, fake, overlap,
+                                                    tmp_path: Path) -> None:
+    """A dump run must be able to tune (issue 36: the stale hint under an ini file's
+    require-complete once failed the regen and shrank the committed file)."""
+    dump = tmp_path / "d.textproto"
+    cache = use_cache(dump_to=dump, require_complete=True)
+    assert cache.strict_off_for_dump and not cache.settings.require_complete
     fake(TABLE)
-    with pytest.raises(MissingResultError):
-        kernels.launch_add(kernels.tuned_add(), n=64)
+    kernels.launch_add(kernels.tuned_add(), n=64)
+    cache.finish_dump()
     assert deferred._pending == []
+    assert len(list(load_results(dump))) == 1
 
 
 def test_a_key_failing_at_the_end_is_named_and_the_others_are_recorded(
