@@ -89,8 +89,10 @@ def absolute_pattern(pattern: str, package: str) -> str:
     """A target pattern as `bazel test` reads it when run in directory `package`: relative
     patterns (`...`, `:t`, `sub/...`, `sub:t`) are resolved from there, absolute ones (`//`,
     `@repo//`) are kept."""
-    if pattern.startswith(("//", "@", "-")):
-        return pattern  # an exclusion is refused later, by its own message
+    if pattern.startswith("-"):  # an exclusion, read from the same directory
+        return "-" + absolute_pattern(pattern[1:], package)
+    if pattern.startswith(("//", "@")):
+        return pattern
     if pattern.startswith(":") or not package:
         return f"//{package}{pattern}"
     return f"//{package}/{pattern}"
@@ -326,13 +328,21 @@ def without_output_trees(pattern: str, workspace: Path) -> str:
 
 
 def _union(patterns: Sequence[str]) -> str:
-    """A query expression for the union of target patterns."""
+    """A query expression for target patterns as `bazel test` reads them, left to right: each
+    pattern adds its targets, each `-PATTERN` removes its own from those before it
+    (`//... -//third_party/...`)."""
+    if patterns and patterns[0].startswith("-"):
+        raise RegenError(
+            f"pattern {patterns[0]!r}: an exclusion removes targets from the patterns before it, "
+            "and none comes before it; put what to regenerate first "
+            f"(e.g. `//... {patterns[0]}`).")
+    expression = ""
     for pattern in patterns:
         if pattern.startswith("-"):
-            raise RegenError(
-                f"pattern {pattern!r}: exclusions are not supported; list what to regenerate."
-            )
-    return " + ".join(patterns)
+            expression = f"({expression}) - {pattern[1:]}"
+        else:
+            expression = f"{expression} + {pattern}" if expression else pattern
+    return expression
 
 
 def parse_dump_targets(query_xml: str) -> list[DumpTarget]:
@@ -422,7 +432,8 @@ def find_dump_targets(
     defined): when Bazel rejects the command line (exit 2), the query runs without them.
     """
     workspace = bazel.workspace
-    whole = [without_output_trees(p, workspace) for p in patterns or ["//..."]]
+    whole = [p if p.startswith("-") else without_output_trees(p, workspace)
+             for p in patterns or ["//..."]]
     universe = _union(whole)
     tests_expression = f'attr(tags, "{tag_regex(AUTOTUNED_TAG)}", {universe})'
     # Flags about where and how many actions run mean nothing to a query (and Bazel would

@@ -95,17 +95,37 @@ def scanned_universe(patterns: Sequence[str], workspace: Path | None = None) -> 
     Bazel's convenience symlinks when `workspace` is given: workspace_universe)."""
     parts = []
     for pattern in patterns:
-        scope = pattern_scope(pattern)
+        scope = pattern_scope(pattern.removeprefix("-"))
         if scope is None:
             continue
         package, recursive = scope
-        if recursive and not package and workspace is not None:
+        if pattern.startswith("-"):
+            if parts:  # as `bazel test` reads it: removed from the patterns before it
+                excluded = f"//{package}/..." if recursive else f"//{package}:all"
+                parts = [f"({' + '.join(dict.fromkeys(parts))}) - {excluded}"]
+        elif recursive and not package and workspace is not None:
             parts.append(workspace_universe(workspace))
         elif recursive:
             parts.append(f"//{package}/..." if package else "//...")
         else:
             parts.append(f"//{package}:all")
     return " + ".join(dict.fromkeys(parts))
+
+
+def _excluded(path: str, patterns: Sequence[str]) -> bool:
+    """Whether a workspace-relative file lies in a package an exclusion (`-//pkg/...`,
+    `-//pkg:all`) removes."""
+    directory = Path(path).parent.as_posix()
+    directory = "" if directory == "." else directory
+    for pattern in patterns:
+        scope = pattern_scope(pattern[1:]) if pattern.startswith("-") else None
+        if scope is None:
+            continue
+        package, recursive = scope
+        if directory == package or recursive and (not package
+                                                  or directory.startswith(package + "/")):
+            return True
+    return False
 
 
 def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
@@ -133,7 +153,7 @@ def candidate_files(workspace: Path, patterns: Sequence[str]) -> list[str]:
             found.update(
                 (here / name).relative_to(workspace).as_posix() for name in files
                 if name.endswith(CACHE_FILE_SUFFIX) and _owning_package(workspace, here, top))
-    return sorted(found)
+    return sorted(p for p in found if not _excluded(p, patterns))
 
 
 def _owning_package(workspace: Path, directory: Path, top: Path) -> bool:

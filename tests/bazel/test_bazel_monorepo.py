@@ -104,6 +104,19 @@ def test_regen_from_a_teams_directory_touches_only_that_team(workspace: Workspac
         assert f"//{TEAM_B}:b_kernels_test.dump -> {CACHE_B}" in one.output
 
 
+def test_exclusion_patterns_work_as_in_bazel_test(workspace: Workspace) -> None:
+    """Issue 39: `regen_cache -- //... -//third_party/...` was refused while `bazel test`
+    takes the same patterns."""
+    ws = workspace
+    with restored(ws, CACHE_A, CACHE_B):
+        (ws.root / CACHE_A).unlink(missing_ok=True)
+        (ws.root / CACHE_B).unlink(missing_ok=True)
+        result = ws.run("run", "//tools:regen_cache", "--", f"//{MONO}/...", f"-//{TEAM_B}/...")
+        assert kernels_in(ws.root / CACHE_A) == ["team_a"]
+        assert not (ws.root / CACHE_B).exists(), result.output
+        assert f"//{TEAM_B}" not in result.output.split("dump target(s)")[-1], result.output
+
+
 # ----- 3. orphaned caches -----------------------------------------------------------------------
 
 

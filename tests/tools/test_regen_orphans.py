@@ -145,3 +145,19 @@ def test_a_test_moved_to_another_package_is_offered_its_old_cache(monorepo: Path
     idle = _Bazel([])
     assert regen_orphans.moved_caches(idle, monorepo, [has_cache]) == []  # type: ignore[arg-type]
     assert idle.queries == 0
+
+
+def test_exclusion_patterns_are_read_as_bazel_test_reads_them(monorepo: Path) -> None:
+    import regen_bazel
+    from regen_bazel import RegenError
+
+    assert regen_bazel.absolute_pattern("-sub/...", "team_a") == "-//team_a/sub/..."
+    assert regen_bazel._union(["//...", "-//third_party/...", "//x:t"]) == \
+        "(//...) - //third_party/... + //x:t"
+    with pytest.raises(RegenError, match="put what to regenerate first"):
+        regen_bazel._union(["-//third_party/..."])
+    scanned = regen_orphans.scanned_universe(["//team_a/...", "-//team_a/sub/..."])
+    assert scanned == "(//team_a/...) - //team_a/sub/..."
+    files = regen_orphans.candidate_files(monorepo, ["//team_a/...", "-//team_a/sub/..."])
+    assert "team_a/sub/s_test.autotune.textproto" not in files
+    assert "team_a/a_test.autotune.textproto" in files
