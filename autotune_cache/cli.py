@@ -112,6 +112,8 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
             table += [[r.kernel, r.problem, r.device, r.toolchain, r.config, _fmt_time(r.time_ms),
                        "superseded" if r.id in old else "live"] for r in rows]
             out.line(_table(table))
+            out.line("LIVE: `live` is the newest entry for its kernel, problem, device and "
+                     "toolchain; `superseded` an older one (prune --superseded drops them)")
         if old:
             out.line(f"{len(old)} entries are superseded by newer ones for the same kernel, "
                      f"problem, device and toolchain; drop them with: autotune-cache prune "
@@ -219,6 +221,12 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
                       keep_toolchain=args.keep_toolchain, older_than=args.older_than,
                       now=time.time(), superseded=args.superseded)
     verb = "would remove" if args.dry_run else "removed"
+    if plan.drop and not plan.keep and not args.allow_empty and not args.dry_run:
+        raise AutotuneCacheError(
+            f"prune: these criteria remove all {len(plan.drop)} entries of {args.path}, which "
+            "would leave it empty; nothing was changed. Check the criteria with --dry-run "
+            "(--keep-device and --keep-toolchain match text within the recorded names), or "
+            "pass --allow-empty if that is what you mean.")
     for row, reasons in plan.drop:
         out.line(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
     if plan.unknown_device:
@@ -276,7 +284,8 @@ def add_verb(sub: argparse._SubParsersAction, name: str, func: Verb, help_text: 
              example: str) -> argparse.ArgumentParser:
     """A subcommand with its one-line help, an example in its --help, and --json."""
     s = sub.add_parser(name, help=help_text, description=help_text + ".",
-                       epilog=f"example:\n  {example}\n\n{_exit_help()}",
+                       epilog=f"example:\n  {example}\n\nexit status: see `autotune-cache "
+                              "--help`",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--json", action="store_true",
                    help='one JSON object on stdout: {"command", "exit", ...}')
@@ -304,26 +313,34 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = add_verb(sub, "inspect", cmd_inspect, "table of entries with per-device/toolchain counts",
                  "autotune-cache inspect kernels/matmul_test.autotune.textproto")
-    s.add_argument("paths", nargs="+", type=Path)
+    s.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="results files (text or binary) or cache directories, ours or XLA's")
     s = add_verb(sub, "convert", cmd_convert,
                  "convert between text file, binary file and cache directory",
                  "autotune-cache convert matmul.autotune.textproto matmul_cache_dir/")
-    s.add_argument("src", type=Path)
+    s.add_argument("src", type=Path, help="the results file or cache directory to read")
     s.add_argument("dst", type=Path, help="text by extension (.textproto…), binary by .pb or "
                    ".binpb, a directory without an extension or with a trailing /")
     s = add_verb(sub, "merge", cmd_merge, "merge several files or directories of one format",
                  "autotune-cache merge shard1.textproto shard2.textproto -o all.textproto")
-    s.add_argument("srcs", nargs="+", type=Path)
-    s.add_argument("-o", "--output", type=Path, required=True)
-    s.add_argument("--on-conflict", choices=CONFLICT_POLICIES, default="error")
+    s.add_argument("srcs", nargs="+", type=Path, metavar="SRC",
+                   help="results files or cache directories, all of one format")
+    s.add_argument("-o", "--output", type=Path, required=True,
+                   help="where to write the union (written only when it can be read back; it "
+                        "may be one of the sources)")
+    s.add_argument("--on-conflict", choices=CONFLICT_POLICIES, default="error",
+                   help="when two sources hold different results for one key: error (the "
+                        "default: nothing is written, the keys are named), newest (latest "
+                        "tuned_at wins) or fastest (lowest time wins)")
     s = add_verb(sub, "diff", cmd_diff, "added/removed/changed entries; exit 1 when they differ",
                  "autotune-cache diff old.autotune.textproto new.autotune.textproto")
-    s.add_argument("a", type=Path)
-    s.add_argument("b", type=Path)
+    s.add_argument("a", type=Path, help="the old file or directory")
+    s.add_argument("b", type=Path, help="the new one, of the same format")
     s = add_verb(sub, "prune", cmd_prune,
                  "drop entries by device/toolchain/age/superseded; remove leftover files",
                  "autotune-cache prune cache.textproto --keep-device=H200 --dry-run")
-    s.add_argument("path", type=Path)
+    s.add_argument("path", type=Path, help="the results file or cache directory to prune in "
+                   "place")
     s.add_argument("--keep-device", action="append", default=[],
                    help="keep entries whose device contains this text (repeatable)")
     s.add_argument("--keep-toolchain", action="append", default=[],
@@ -332,10 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "longer ago than this (90m, 12h, 30d); entries without a date are kept")
     s.add_argument("--superseded", action="store_true", help="drop entries superseded by a newer "
                    "one for the same kernel, problem, device and toolchain (inspect marks them)")
-    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--dry-run", action="store_true",
+                   help="say what would be removed, and change nothing")
+    s.add_argument("--allow-empty", action="store_true",
+                   help="let the criteria remove every entry (refused without it: an empty "
+                        "committed cache is almost always a mistaken criterion)")
     s = add_verb(sub, "verify", cmd_verify, "parse, check versions, report damaged files",
                  "autotune-cache verify kernels/*.autotune.textproto")
-    s.add_argument("paths", nargs="+", type=Path)
+    s.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="results files or cache directories to check")
     from autotune_cache.report.cli import add_report_parser  # matplotlib is imported only on use
 
     add_report_parser(sub, add_verb)

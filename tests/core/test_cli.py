@@ -221,13 +221,27 @@ def test_bad_input_is_exit_2_with_a_json_error(tmp_path, capsys):
     assert "--older-than=soon: use a number" in capsys.readouterr().err
 
 
-def test_each_verb_help_has_an_example_and_the_exit_statuses(capsys):
+def test_each_verb_help_has_an_example_and_points_at_the_exit_statuses(capsys):
+    """The exit-status table is printed once, by `autotune-cache --help` (it repeated under
+    every verb); each verb's positionals and options have help text (issue 39)."""
     for verb in ("inspect", "convert", "merge", "diff", "prune", "verify", "report"):
         with pytest.raises(SystemExit):
             main([verb, "--help"])
         text = capsys.readouterr().out
         assert f"example:\n  autotune-cache {verb} " in text, verb
-        assert "  1  the check failed" in text and "  2  bad input" in text
+        assert "exit status: see `autotune-cache --help`" in text
+        assert "  1  the check failed" not in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "  1  the check failed" in text and "  2  bad input" in text
+    for verb, words in (("merge", ["the union", "nothing is written"]),
+                        ("prune", ["change nothing", "--allow-empty"]),
+                        ("diff", ["the old file"]), ("convert", ["to read"])):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(w in text for w in words), (verb, text)
 
 
 def test_a_closed_pipe_ends_quietly(cache_file):

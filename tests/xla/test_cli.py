@@ -109,7 +109,12 @@ def test_prune_keep_device_on_a_directory(tmp_path, capsys):
     assert len(load_any(tmp_path / "f").rows()) == 16
     assert main(["prune", str(tmp_path / "f"), f"--keep-device={DEVICE_FP}"]) == 0
     assert len(load_any(tmp_path / "f").rows()) == 16
-    assert main(["prune", str(tmp_path / "f"), "--keep-device=0123456789abcdef"]) == 0
+    # Criteria that remove every entry are refused unless asked for (issue 39).
+    assert main(["prune", str(tmp_path / "f"), "--keep-device=0123456789abcdef"]) == 2
+    assert len(load_any(tmp_path / "f").rows()) == 16
+    assert "would leave it empty" in capsys.readouterr().err
+    assert main(["prune", str(tmp_path / "f"), "--keep-device=0123456789abcdef",
+                 "--allow-empty"]) == 0
     assert not any((tmp_path / "f").rglob("*.pb"))
     assert load_any(tmp_path / "f").rows() == []  # still an (empty) XLA directory
 
@@ -117,7 +122,7 @@ def test_prune_keep_device_on_a_directory(tmp_path, capsys):
 def test_prune_keep_device_on_legacy_file(tmp_path):
     path = tmp_path / "l.pb"
     assert main(["convert", str(LEGACY), str(path)]) == 0
-    assert main(["prune", str(path), "--keep-device=CUDA: 8.0"]) == 0
+    assert main(["prune", str(path), "--keep-device=CUDA: 8.0", "--allow-empty"]) == 0
     assert load_any(path).rows() == []
     assert main(["convert", str(LEGACY), str(path)]) == 0
     assert main(["prune", str(path), "--keep-device=CUDA: 9.0"]) == 0
@@ -135,7 +140,7 @@ def test_single_per_fusion_entry_file(tmp_path, capsys):
     original = one.read_bytes()
     assert main(["prune", str(one), f"--keep-device={DEVICE_FP}"]) == 0
     assert one.read_bytes() == original
-    assert main(["prune", str(one), "--keep-device=0123456789abcdef"]) == 0
+    assert main(["prune", str(one), "--keep-device=0123456789abcdef", "--allow-empty"]) == 0
     assert not one.exists()  # the per-fusion entry was pruned: its file goes, as in a directory
 
 
