@@ -149,7 +149,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--dry_run", action="store_true", help="list the targets and the GPU plan, run nothing"
     )
-    return parser.parse_args(argv)
+    # An exclusion pattern (`-//third_party/...`, `-sub/...`) starts with "-", which argparse
+    # would read as an unknown option: it passes through as a pattern, in its place.
+    hidden = [_EXCLUDED + a[1:] if _is_exclusion(a) else a for a in argv]
+    args = parser.parse_args(hidden)
+    args.patterns = ["-" + p[len(_EXCLUDED):] if p.startswith(_EXCLUDED) else p
+                     for p in args.patterns]
+    return args
+
+
+_EXCLUDED = "\0exclude:"
+
+
+def _is_exclusion(arg: str) -> bool:
+    """Whether a command-line word is a target pattern to exclude, as `bazel test` reads
+    `-//pkg/...`, `-//pkg:t`, `-:t`, `-sub/...` or `-...`, not an option."""
+    return len(arg) > 1 and arg[0] == "-" and (arg[1] in "/:@." or arg[1].isalnum()) \
+        and arg not in ("-h",)
 
 
 def log(message: str) -> None:

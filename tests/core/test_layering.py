@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune_cache.xla",),
     ("autotune_cache.resultsets.registry", "autotune_cache.cache"),
     ("autotune_cache.report",),
-    ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest_plugin"),
+    ("autotune_cache.cli", "autotune_cache.triton", "autotune_cache.pytest",
+     "autotune_cache.pytest_plugin"),
     ("autotune_cache", "autotune_cache.__main__", "autotune_cache.startup"),
 )
 
@@ -38,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # modules and subpackages users, docs and entry points name), whatever its layer. Every other
 # module lives in the folder of its layer (docs/decisions/0023-layer-folders.md).
 PUBLIC_ROOT = {
-    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "startup",
+    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "pytest", "startup",
     "proto", "tiers", "resultsets", "xla", "report", "triton",
 }
 LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}

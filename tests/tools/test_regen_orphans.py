@@ -161,3 +161,11 @@ def test_exclusion_patterns_are_read_as_bazel_test_reads_them(monorepo: Path) ->
     files = regen_orphans.candidate_files(monorepo, ["//team_a/...", "-//team_a/sub/..."])
     assert "team_a/sub/s_test.autotune.textproto" not in files
     assert "team_a/a_test.autotune.textproto" in files
+
+
+def test_exclusions_on_the_command_line_are_patterns_not_options() -> None:
+    import regen_cache
+
+    args = regen_cache.parse_args(["--check", "//...", "-//third_party/...", "-:t", "//x:y"])
+    assert args.check
+    assert args.patterns == ["//...", "-//third_party/...", "-:t", "//x:y"]

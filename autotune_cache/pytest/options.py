@@ -1,0 +1,189 @@
+"""The plugin's options, their ini twins, and how they combine with AUTOTUNE_FLAGS into one
+Settings (each option is the twin of one flag, parsed by that flag's own parser).
+
+Also the keys of the dicts pytest-xdist passes between the controller and its workers."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune_cache.config.flags import (
+    ENV_VAR,
+    FLAGS,
+    Settings,
+    flags_text,
+    parse_flags,
+    split_flags,
+)
+from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.foundation import env as autotune_env
+
+
+@dataclass(frozen=True)
+class Option:
+    """One pytest option and its AUTOTUNE_FLAGS twin."""
+
+    name: str
+    twin: str
+    dest: str
+    metavar: str | None
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--autotune-load", "load_autotune_results_from", "autotune_load", "PATH[,PATH...]",
+           "results files to load; may be repeated, every file is loaded (twin of "
+           "AUTOTUNE_FLAGS --load_autotune_results_from)"),
+    Option("--autotune-dump", "dump_autotune_results_to", "autotune_dump", "PATH",
+           "write exactly the entries this run used or tuned to PATH, merged across xdist "
+           "workers and subprocesses (twin of --dump_autotune_results_to)"),
+    Option("--autotune-dump-merge", "autotune_dump_merge", "autotune_dump_merge", None,
+           "keep the entries the dump file held before this run (incremental dumps; twin of "
+           "--autotune_dump_merge)"),
+    Option("--autotune-all-kernels", "autotune_all_kernels", "autotune_all_kernels", None,
+           "route every triton.autotune (third-party libraries' kernels too) through the cache; "
+           "libraries imported before pytest configures are named in a warning (twin of "
+           "--autotune_all_kernels)"),
+    Option("--autotune-cache-dir", "autotune_cache_dir", "autotune_cache_dir", "DIR",
+           "per-kernel cache directory (twin of --autotune_cache_dir)"),
+    Option("--autotune-require-complete", "require_complete_autotune_results",
+           "autotune_require_complete", None,
+           "a miss fails the test that launched the kernel and the session, with the "
+           "stale-cache message (twin of --require_complete_autotune_results)"),
+)
+_TWIN_FIELD = {f.name: f.field for f in FLAGS}
+assert all(o.twin in _TWIN_FIELD for o in OPTIONS)
+
+# Keys of xdist's workerinput / workeroutput dicts.
+_PARTIALS_KEY = "autotune_cache_partials"
+_SHARED_DIR_KEY = "autotune_cache_shared_dir"
+_OUTPUT_KEY = "autotune_cache"
+
+
+def option_values(config: pytest.Config) -> dict[str, Any]:
+    """Each option's value: the command line's, else the ini file's (None / False if neither);
+    --autotune-load adds its files to the ini's."""
+    values: dict[str, Any] = {}
+    for o in OPTIONS:
+        given = config.getoption(o.dest)
+        ini = config.getini(o.dest)
+        if o.dest == "autotune_load":
+            values[o.dest] = [*([ini] if ini else []), *(given or [])] or None
+        elif given not in (None, False):
+            values[o.dest] = given
+        else:
+            values[o.dest] = ini if ini not in ("", None) else (False if o.metavar is None
+                                                                else None)
+    return values
+
+
+# ----- options <-> AUTOTUNE_FLAGS ----------------------------------------------------------------
+
+
+def _flag_tokens(text: str) -> list[tuple[str, str | None]]:
+    """(name, value) of each flag of an AUTOTUNE_FLAGS string already accepted by parse_flags."""
+    return [(name, value) for _, name, value in split_flags(text)]
+
+
+def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The plugin options equivalent to the twinned flags of an AUTOTUNE_FLAGS string.
+
+    For a wrapper that runs pytest under Bazel (the autotuned_py_test macro passes its flags in
+    AUTOTUNE_FLAGS): `pytest.main([*args_from_flags(os.environ.get("AUTOTUNE_FLAGS", "")), ...])`
+    turns the plugin on with the same settings. AUTOTUNE_FLAGS may stay set: options that repeat
+    its values do not conflict. Flags without a twin are left to AUTOTUNE_FLAGS. A malformed
+    string raises FlagError with parse_flags' message (paths are resolved against `env`).
+    """
+    parse_flags(text, env)
+    by_twin = {o.twin: o for o in OPTIONS}
+    values: dict[str, str | None] = {}
+    for name, value in _flag_tokens(text):
+        if name not in by_twin:
+            continue
+        if by_twin[name].dest == "autotune_load" and values.get(name):
+            # Every --load_autotune_results_from counts, in order, as in parse_flags.
+            values[name] = f"{values[name]},{value}"
+        else:
+            values[name] = value  # parse_flags refused differing repeats of the other flags
+    args = []
+    for twin, value in values.items():
+        option = by_twin[twin]
+        if option.metavar is None:
+            if value is None or autotune_env.parse_bool(value) is True:
+                args.append(option.name)
+        else:
+            args.append(f"{option.name}={value}")
+    return args
+
+
+def _option_error(option: Option, value: object, error: Exception) -> pytest.UsageError:
+    shown = option.name if value is True else f"{option.name}={value}"
+    return pytest.UsageError(f"{shown} (the pytest twin of {ENV_VAR} --{option.twin}): {error}")
+
+
+def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = None
+                     ) -> tuple[Settings, str]:
+    """Settings from AUTOTUNE_FLAGS combined with the plugin options `values` (keyed by dest),
+    and the combined flags as one AUTOTUNE_FLAGS string (for messages). Raises
+    pytest.UsageError for a bad value or a conflict."""
+    env = autotune_env.environ() if env is None else env
+    try:
+        # AUTOTUNE_FLAGS and, under Bazel, the macro's RULES_AUTOTUNE_MACRO_FLAGS.
+        env_text = flags_text(env)
+        env_settings = parse_flags(env_text, env)
+    except AutotuneCacheError as e:
+        raise pytest.UsageError(str(e)) from None
+    env_given = {name for name, _ in _flag_tokens(env_text)}
+    changes: dict[str, Any] = {}
+    option_tokens: list[str] = []
+    for option in OPTIONS:
+        value = values.get(option.dest)
+        if isinstance(value, (list, tuple)):
+            value = ",".join(value)  # a repeated --autotune-load loads every file
+        if value is None or value is False:
+            continue
+        token = f"--{option.twin}" if value is True else f"--{option.twin}={value}"
+        try:
+            mine = getattr(parse_flags(token, env), _TWIN_FIELD[option.twin])
+        except AutotuneCacheError as e:
+            raise _option_error(option, value, e) from None
+        field_name = _TWIN_FIELD[option.twin]
+        theirs = getattr(env_settings, field_name)
+        if field_name == "load_from":
+            # Files AUTOTUNE_FLAGS already loads are not loaded twice; the token names only the
+            # new ones, so that the combined text means exactly these settings.
+            new = [p for p in dict.fromkeys(mine) if p not in theirs]
+            mine = (*theirs, *new)
+            if not new:
+                changes[field_name] = mine
+                continue
+            token = f"--{option.twin}=" + ",".join(str(p) for p in new)
+        elif option.twin in env_given and not _same(theirs, mine):
+            shown = "true" if value is True else value
+            their_text = next((f"--{n}" + (f"={v}" if v is not None else "")
+                               for n, v in reversed(_flag_tokens(env_text)) if n == option.twin))
+            raise pytest.UsageError(
+                f"{option.name}={shown} conflicts with {ENV_VAR} {their_text}: both set "
+                f"--{option.twin}. Give it in one place only (or the same value in both)."
+            )
+        changes[field_name] = mine
+        option_tokens.append(shlex.quote(token))
+    combined_text = " ".join(t for t in (env_text.strip(), " ".join(option_tokens)) if t)
+    settings = replace(env_settings, **changes)
+    # Relative paths are resolved once, now: a test that chdirs must not move them.
+    return replace(settings, load_from=tuple(p.absolute() for p in settings.load_from),
+                   cache_dir=settings.cache_dir and settings.cache_dir.absolute(),
+                   dump_to=settings.dump_to and settings.dump_to.absolute()), combined_text
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal settings values; paths compare by where they point, not how they are spelt."""
+    if isinstance(a, Path) and isinstance(b, Path):
+        return a == b or a.resolve() == b.resolve()
+    return a == b

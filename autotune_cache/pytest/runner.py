@@ -1,0 +1,197 @@
+"""The plugin in a process that runs tests (a plain run, or one pytest-xdist worker): the
+process-wide cache configured once, misses attributed to tests, short stale-cache failures,
+the dump written at session end."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune_cache.cache import Cache, configure
+from autotune_cache.config.flags import (
+    ENV_VAR,
+    Settings,
+)
+from autotune_cache.errors import AutotuneCacheError, MissingResultError
+from autotune_cache.foundation import console
+from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DIR_KEY
+from autotune_cache.pytest.summary import (
+    _STRICT_OFF_NOTE,
+    MissRecorder,
+    _fail_session,
+    _kept_note,
+    _write_strict_verdict,
+    summary_lines,
+)
+
+
+def _lines_to_terminal(config: pytest.Config) -> None:
+    """Show the library's lines for people (tuning progress) through pytest's terminal
+    reporter, with capture suspended, so they appear without -s."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None:
+        return
+
+    def write(line: str) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.ensure_newline()
+            tr.write_line(line)
+
+    console.set_sink(write)
+
+
+
+# ----- the active plugin -------------------------------------------------------------------------
+
+
+def _usage_error(error: BaseException, combined: str) -> pytest.UsageError:
+    return pytest.UsageError(f"{error}\n(autotune_cache settings: {ENV_VAR}-equivalent "
+                             f"{combined!r})")
+
+
+def _configure_cache(settings: Settings, combined: str) -> Cache:
+    try:
+        return configure(settings)
+    except (AutotuneCacheError, OSError) as e:
+        raise _usage_error(e, combined) from None
+
+
+def _speak_pytest(cache: Cache) -> Cache:
+    """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags."""
+    cache.dump_advice = ("running the suite once with `pytest --autotune-dump=PATH` (on this "
+                         "device) and committing PATH")
+    cache.require_flag = "--autotune-require-complete"
+    return cache
+
+
+def _missing_error(error: BaseException) -> MissingResultError | None:
+    """The MissingResultError that `error` is or was raised from (a kernel wrapper may wrap it)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MissingResultError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class RunnerPlugin:
+    """The plugin in a process that runs tests: a plain run, or one pytest-xdist worker."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, combined: str) -> None:
+        self.config = config
+        self.combined = combined
+        self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        if self.workerinput is not None:
+            partials = self.workerinput.get(_PARTIALS_KEY)
+            worker = self.workerinput.get("workerid", "gw")
+            if partials:
+                # The controller merges the workers' dumps (and applies --autotune-dump-merge).
+                settings = replace(settings, dump_to=Path(partials) / f"{worker}.binpb",
+                                   dump_merge=False)
+            shared = self.workerinput.get(_SHARED_DIR_KEY)
+            if shared:
+                settings = replace(settings, cache_dir=Path(shared))
+        self.cache = _speak_pytest(_configure_cache(settings, combined))
+        self.recorder = MissRecorder()
+        self.recorder.attach(self.cache)
+        self.dumped = 0
+        if self.workerinput is None:
+            _lines_to_terminal(config)
+        else:
+            # The controller's summary adds up the workers' numbers; a worker's own exit line
+            # would land on pytest's progress line.
+            self.cache.stats.shown_elsewhere()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.workerinput is None:
+            # The terminal reporter is gone; the terminal summary already said what this cache's
+            # exit line would say, after pytest's last line (the Bazel report is still written).
+            console.set_sink(None)
+            self.cache.stats.shown_elsewhere()
+
+    def _short_failure(self, run: Iterator[None]) -> Iterator[None]:
+        """Run one phase; a stale-cache error becomes a short failure (the message, no stack)
+        unless --full-trace asks for the stack."""
+        try:
+            return (yield from run)
+        except Exception as e:
+            missing = _missing_error(e)
+            if missing is None or self.config.getoption("fulltrace", False):
+                raise
+            message = str(missing).removeprefix("autotune_cache: ")
+        # Outside the except block, so the report does not chain the library's error.
+        pytest.fail(message, pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        with self.recorder.running(item.nodeid, "setup"):
+            return (yield from self._short_failure(_passthrough()))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        before = len(self.recorder.misses)
+        with self.recorder.running(item.nodeid, "call"):
+            result = yield from self._short_failure(_passthrough())
+        strict = [m for m in self.recorder.misses[before:] if m.strict]
+        if strict:
+            # The kernel's MissingResultError was caught inside the test: fail it all the same.
+            pytest.fail("the test caught the stale-cache error of a kernel it launched; under "
+                        "--autotune-require-complete a miss fails the test.\n" + strict[0].message,
+                        pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        with self.recorder.running(item.nodeid, "teardown"):
+            return (yield from self._short_failure(_passthrough()))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        failed = self.workerinput is None and session.exitstatus != pytest.ExitCode.OK
+        try:
+            self.dumped = self.cache.finish_dump(failed=failed)
+        except (AutotuneCacheError, OSError) as e:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            self.config.stash[_DUMP_ERROR] = str(e)
+        self.cache.note_bypassed()
+        if self.workerinput is not None:
+            self.config.workeroutput[_OUTPUT_KEY] = {  # type: ignore[attr-defined]
+                "stats": self.cache.stats.as_dict(),
+                "misses": [asdict(m) for m in self.recorder.misses],
+            }
+        elif any(m.strict for m in self.recorder.misses):
+            _fail_session(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "autotune_cache")
+        misses = [asdict(m) for m in self.recorder.misses]
+        for line in summary_lines(self.cache.stats.as_dict(), misses):
+            tr.write_line(line)
+        _write_strict_verdict(tr, misses)
+        error = self.config.stash.get(_DUMP_ERROR, None)
+        if error:
+            tr.write_line(f"dump FAILED: {error}", red=True)
+        elif self.cache.settings.dump_to is not None:
+            tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}"
+                          + _kept_note(self.cache.dump_kept))
+        if self.cache.strict_off_for_dump:
+            tr.write_line(_STRICT_OFF_NOTE)
+
+
+
+def _passthrough() -> Iterator[None]:
+    """A generator that yields once and returns what was sent: lets a new-style hook wrapper
+    delegate its single `yield` to a helper with `yield from`."""
+    return (yield)
+
+
+
+_DUMP_ERROR = pytest.StashKey[str]()

@@ -1,0 +1,179 @@
+"""The plugin in pytest-xdist's controller: hands the workers their partial-dump and shared
+cache paths, sums their counters, and writes the run's dump from theirs (refusing differing
+results for one key; a killed controller's partial dumps are swept by the next run)."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune_cache.cache import Cache, check_dump_sharding
+from autotune_cache.config.flags import (
+    Settings,
+)
+from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.formats import Keyed, load_results
+from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.locking import Liveness, sweep_dead
+from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DIR_KEY
+from autotune_cache.pytest.runner import _usage_error
+from autotune_cache.pytest.summary import (
+    _STRICT_OFF_NOTE,
+    _fail_session,
+    _kept_note,
+    _write_strict_verdict,
+    add_stats,
+    summary_lines,
+)
+from autotune_cache.store.dumpfile import DumpFile
+
+_KEPT_MARK = "KEPT"  # in the partial dumps' folder of a refused merge: never swept
+
+
+@dataclass
+class MergeResult:
+    """What merging the workers' partial dumps did."""
+
+    entries: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    partial_files: list[Path] = field(default_factory=list)
+
+
+def merge_partials(files: Sequence[Path]) -> tuple[list[Keyed], MergeResult]:
+    """The union of the workers' dump files, or a refusal when two workers hold different
+    entries for one key (then nothing is written; the files stay for `autotune-cache merge`)."""
+    result = MergeResult(partial_files=list(files))
+    by_digest: dict[str, tuple[bytes, Keyed, Path]] = {}
+    for path in files:
+        for entry in load_results(path):
+            key = CacheKey.from_proto(entry.key)
+            data = entry.SerializeToString(deterministic=True)
+            seen = by_digest.get(key.digest())
+            if seen is None:
+                by_digest[key.digest()] = (data, (key, entry), path)
+            elif seen[0] != data:
+                result.conflicts.append(
+                    f"  {key.kernel} [{key.problem}] on {key.device}: {seen[2].name} and "
+                    f"{path.name} differ")
+    return [pair for _, pair, _ in by_digest.values()], result
+
+
+class XdistControllerPlugin:
+    """The plugin in pytest-xdist's controller: hands workers their dump and cache paths, sums
+    their counters and writes the run's dump from theirs."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, combined: str) -> None:
+        self.config = config
+        self.settings = settings
+        self.combined = combined
+        # Check the loads, the directory and the dump (path, Bazel sharding, a foreign file at
+        # the dump path) now, once, as a usage error. This Cache writes nothing.
+        self.dump: DumpFile | None = None
+        try:
+            check_dump_sharding(settings)
+            if settings.dump_to is not None:
+                self.dump = DumpFile(settings.dump_to, merge=settings.dump_merge,
+                                     flag="--autotune-dump")
+            Cache(replace(settings, dump_to=None, dump_merge=False))
+        except (AutotuneCacheError, OSError) as e:
+            raise _usage_error(e, combined) from None
+        self.partials: Path | None = None
+        self.shared_dir: Path | None = None
+        self._alive: Liveness | None = None
+        if settings.dump_to is not None:
+            try:
+                # Beside the dump, so that a refused merge leaves the workers' results where the
+                # user looks; removed after a successful merge.
+                settings.dump_to.parent.mkdir(parents=True, exist_ok=True)
+                # A killed controller's partial dumps are swept; a refused merge's are kept.
+                sweep_dead(settings.dump_to.parent, f".{settings.dump_to.name}.xdist-*",
+                           unless=_KEPT_MARK)
+                self.partials = Path(tempfile.mkdtemp(prefix=f".{settings.dump_to.name}.xdist-",
+                                                      dir=settings.dump_to.parent))
+                self._alive = Liveness(self.partials)
+            except OSError as e:
+                raise _usage_error(OSError(f"--autotune-dump={settings.dump_to}: cannot create "
+                                           f"the workers' partial dumps ({e})"),
+                                   combined) from None
+            if settings.cache_dir is None:
+                self.shared_dir = self.partials / "shared-cache"
+        self.outputs: list[dict[str, Any]] = []
+        self.merge: MergeResult | None = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_PARTIALS_KEY] = str(self.partials) if self.partials else ""
+        node.workerinput[_SHARED_DIR_KEY] = str(self.shared_dir) if self.shared_dir else ""
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get(_OUTPUT_KEY)
+        if output:
+            self.outputs.append(output)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if any(m["strict"] for o in self.outputs for m in o["misses"]):
+            _fail_session(session)
+        if self.partials is None or self.settings.dump_to is None:
+            return
+        files = sorted(self.partials.glob("*.binpb"))
+        try:
+            pairs, self.merge = merge_partials(files)
+            if not self.merge.conflicts and self.dump is not None:
+                self.merge.entries = self.dump.close(
+                    pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK)
+        except (AutotuneCacheError, OSError) as e:
+            self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
+        if self._alive is not None:
+            self._alive.release()
+        if self.merge.conflicts:
+            (self.partials / _KEPT_MARK).write_text(
+                "the xdist workers' partial dumps of a refused merge; merge them with "
+                "`autotune-cache merge`, then remove this folder\n", encoding="utf-8")
+            if self.dump is not None:
+                self.dump.abandon()
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            shutil.rmtree(self.partials, ignore_errors=True)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "autotune_cache")
+        stats = add_stats(o["stats"] for o in self.outputs)
+        misses = [m for o in self.outputs for m in o["misses"]]
+        for line in summary_lines(stats, misses, workers=len(self.outputs)):
+            tr.write_line(line)
+        _write_strict_verdict(tr, misses)
+        if self.merge is None:
+            return
+        dump = self.settings.dump_to
+        if self.merge.conflicts:
+            files = " ".join(shlex.quote(str(p)) for p in self.merge.partial_files)
+            tr.write_line(
+                f"dump REFUSED: the xdist workers recorded different results for the same key, "
+                f"so {dump} would depend on which worker ran which test:", red=True)
+            for line in self.merge.conflicts:
+                tr.write_line(line, red=True)
+            tr.write_line(
+                "Give the workers a shared --autotune-cache-dir in update mode (each key is then "
+                "tuned once), or run the dump with -n 0. The workers' results are kept; merge "
+                f"them by hand with:\n  autotune-cache merge {files} -o {shlex.quote(str(dump))} "
+                "--on-conflict=fastest", red=True)
+        else:
+            tr.write_line(f"dump: wrote {self.merge.entries} entries to {dump} (merged from "
+                          f"{len(self.merge.partial_files)} xdist workers)"
+                          + _kept_note(self.dump.kept if self.dump is not None else 0))
+        if self.settings.dump_to is not None and self.settings.require_complete:
+            tr.write_line(_STRICT_OFF_NOTE)
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return False
+    return getattr(config.option, "dist", "no") != "no"
