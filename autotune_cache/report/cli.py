@@ -22,7 +22,7 @@ def cmd_report(args: argparse.Namespace, out: Out) -> int:
         raise AutotuneCacheError("report: give -o REPORT.html, --png DIR, or both")
     report = build_reports(args.paths, args.baseline)
     if args.output is not None:
-        write_atomic(args.output, render_html(report).encode("utf-8"))
+        write_atomic(args.output, render_html(report, progress=out.note).encode("utf-8"))
         out.set(html=str(args.output))
         out.line(f"wrote {shown(args.output)}: {len(report.sections)} entries from "
                  f"{len(report.files)} inputs")

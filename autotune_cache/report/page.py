@@ -1,19 +1,28 @@
 """The HTML page: one self-contained file (inline CSS, inline SVG charts, no script, no URL).
 
 Structure, which tests/report/ checks: a header with the inputs and their devices and
-toolchains; with a baseline, a "Changes" table of every winner that changed (old and new config,
-old and new time, and how much slower the old winner is in the new tuning); then one
-<section class="entry"> per entry, with a <dl> of its key, the chart (<figure>), and a table of
-failed candidates with their reasons. Entries of XLA's formats, which record only the winner, are
-a table. Nothing depends on the time of generation, so the same inputs give the same bytes.
+toolchains; an index of the kernels (how many entries each, a link to each entry); with a
+baseline, a "Changes" table of every winner that changed (old and new config, old and new time,
+and how much slower the old winner is in the new tuning); then, per input, one <details> per
+kernel holding one <section class="entry"> per entry, with a <dl> of its key, the chart
+(<figure>, bars.py: SVG written from the data) and a table of failed candidates with their
+reasons. Past LAZY_ENTRIES entries the kernels' <details> start closed, so a browser lays out
+only what is opened. Entries of XLA's formats, which record only the winner, are a table.
+Nothing depends on the time of generation, so the same inputs give the same bytes.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
 from html import escape
+from itertools import groupby
 
-from autotune_cache.report import charts
+from autotune_cache.report import bars
 from autotune_cache.report.model import FileReport, Report, Section
+
+LAZY_ENTRIES = 200  # more entries than this: each kernel's part of the page starts closed
+PROGRESS_EVERY_S = 2.0  # a long page says how far it got this often
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 1em;
@@ -33,6 +42,8 @@ figure { margin: 0.5em 0; } figure svg { max-width: 100%; height: auto; }
 .winner { color: #1e7b1e; font-weight: 600; } .failed { color: #b11; }
 .changed { background: #fff4d6; } .faster { color: #1e7b1e; } .slower { color: #b11; }
 .note { color: #555; }
+details.kernel > summary { font-weight: 600; margin: 0.6em 0; cursor: pointer; }
+nav.index td { padding: 1px 6px; } nav.index a { margin-right: 0.4em; }
 """
 
 
@@ -119,7 +130,29 @@ def _changes(report: Report) -> str:
     return "".join(out)
 
 
-def _entry(s: Section) -> str:
+def _kernel_id(kernel: str) -> str:
+    return "kernel-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in kernel)
+
+
+def _index(report: Report) -> str:
+    """The kernels of every input, each with its entry count and a link to each entry."""
+    by_kernel: dict[str, list[Section]] = {}
+    for f in report.files:
+        for s in f.sections:
+            by_kernel.setdefault(s.row.kernel, []).append(s)
+    if not by_kernel:
+        return ""
+    rows = []
+    for kernel, sections in sorted(by_kernel.items()):
+        links = " ".join(f'<a href="#{s.anchor}">{_e(s.row.problem)}</a>' for s in sections)
+        rows.append(f'<tr><td class=mono><a href="#{_kernel_id(kernel)}">{_e(kernel)}</a></td>'
+                    f"<td>{len(sections)}</td><td class=mono>{links}</td></tr>")
+    return (f'<nav class=index><h2 id="index">Kernels ({len(by_kernel)})</h2><table>'
+            "<tr><th>kernel</th><th>entries</th><th>problems</th></tr>"
+            + "".join(rows) + "</table></nav>")
+
+
+def _entry(s: Section, first_chart: bool = False) -> str:
     change = ""
     if s.change is not None and s.change.kind != "unchanged":
         c = s.change
@@ -141,7 +174,7 @@ def _entry(s: Section) -> str:
     if s.tuning_seconds:
         details.append(("tuning took", f"{s.tuning_seconds:.2f} s"))
     dl = "".join(f"<dt>{_e(k)}</dt><dd class=mono>{_e(v)}</dd>" for k, v in details)
-    chart = f"<figure>{charts.svg(s)}</figure>" if s.charted else (
+    chart = f"<figure>{bars.svg(s, define_hatch=first_chart)}</figure>" if s.charted else (
         "<p class=note>No candidate timings recorded.</p>")
     failed = ""
     if s.failed:
@@ -171,21 +204,62 @@ def _xla_table(f: FileReport) -> str:
             + "".join(rows) + "</table>")
 
 
-def _file(f: FileReport) -> str:
+def _file(f: FileReport, state: _Progress) -> str:
     out = [f'<h2 class=file>{_e(f.path)} <small>({_e(f.format_name)}, {len(f.sections)} '
            "entries)</small></h2>", '<div class="device-toolchain">',
            _counts("device", f.devices), _counts("toolchain", f.toolchains), "</div>"]
-    if f.candidate_timings:
-        out.extend(_entry(s) for s in f.sections)
-    else:
+    if not f.candidate_timings:
         out.append(_xla_table(f))
+        state.advance(len(f.sections))
+        return "".join(out)
+    opened = " open" if state.total <= LAZY_ENTRIES else ""
+    for kernel, group in groupby(sorted(f.sections, key=lambda s: s.row.kernel),
+                                 key=lambda s: s.row.kernel):
+        sections = list(group)
+        out.append(f'<details class=kernel id="{_kernel_id(kernel)}"{opened}><summary>'
+                   f"{_e(kernel)} ({len(sections)} entries)</summary>")
+        for s in sections:
+            out.append(_entry(s, first_chart=state.take_hatch(s)))
+            state.advance(1)
+        out.append("</details>")
     return "".join(out)
 
 
-def render_html(report: Report) -> str:
-    """The whole page."""
-    body = _header(report) + _changes(report) + "".join(_file(f) for f in report.files)
+class _Progress:
+    """How far the page got (reported every PROGRESS_EVERY_S), and whether the hatch pattern
+    has been defined yet (in the first chart)."""
+
+    def __init__(self, total: int, say: Callable[[str], None] | None) -> None:
+        self.total, self.done, self.say = total, 0, say
+        self.started = self.last = time.monotonic()
+        self.hatch_defined = False
+
+    def take_hatch(self, section: Section) -> bool:
+        if self.hatch_defined or not section.charted:
+            return False
+        self.hatch_defined = True
+        return True
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.say is not None and now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.say(f"report: {self.done} of {self.total} entries written "
+                     f"({now - self.started:.0f} s)")
+
+
+def _files(report: Report, state: _Progress) -> Iterator[str]:
+    for f in report.files:
+        yield _file(f, state)
+
+
+def render_html(report: Report, progress: Callable[[str], None] | None = None) -> str:
+    """The whole page; `progress(line)` hears how far a long one got."""
+    state = _Progress(sum(len(f.sections) for f in report.files), progress)
+    body = (_header(report) + _index(report) + _changes(report)
+            + "".join(_files(report, state)))
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             "<meta name=viewport content=\"width=device-width, initial-scale=1\">"
-            "<title>Autotune results</title><style>" + _CSS + "</style></head><body>"
+            "<title>Autotune results</title><style>" + _CSS + bars.CSS + "</style></head><body>"
             + body + "</body></html>\n")

@@ -89,7 +89,7 @@ def test_every_example_entry_has_a_section_with_its_chart(examples_page):
     assert len(sections) == len(entries)
     assert sorted(s["data-winner"] for s in sections) == sorted(
         config_summary(e.result.config) for e in entries)
-    # One chart per section, inside its <figure>, drawn by matplotlib as inline SVG.
+    # One chart per section, inside its <figure>: inline SVG written from the data (bars.py).
     svgs = [stack for tag, _, stack in page.elements if tag == "svg"]
     assert len(svgs) == len(entries) and all(s[-2:] == ("section", "figure") for s in svgs)
     # Each chart labels its winner once and shows every candidate's time.
@@ -197,3 +197,24 @@ def test_cli_names_a_bad_input(tmp_path, capsys):
     bad.write_text("entries { nonsense: 1 }")
     assert cli.main(["report", str(bad), "-o", str(tmp_path / "r.html")]) == 2
     assert str(bad) in capsys.readouterr().err
+
+
+def test_two_thousand_entries_make_an_indexed_page_of_a_few_megabytes(tmp_path):
+    """Issue 39: `report` on 2,000 entries wrote 25 MB with no index (one matplotlib figure per
+    entry, 270 s). Now: an index grouped by kernel, each kernel's entries in a <details> that
+    starts closed on a page this long, and at most 5 MB. (Its time is a benchmark's business:
+    `python -m autotune_cache report` on this file takes a few seconds.)"""
+    path = tmp_path / "big.textproto"
+    save_results(path, [fake_tune(make_key(kernel=f"kernel_{i % 40}", problem={"M": i}))
+                        for i in range(2000)])
+    lines: list[str] = []
+    html = render_html(build_reports([path], []), progress=lines.append)
+    assert len(html.encode()) <= 5 * 1024 * 1024, len(html.encode())
+    page = Page(html)
+    assert len(page.find("section", "entry")) == 2000
+    kernels = page.find("details", "kernel")
+    assert len(kernels) == 40 and not any("open" in k for k in kernels)
+    index = html[html.index('<nav class=index>'):html.index("</nav>")]
+    assert index.count("<tr>") == 41 and 'href="#kernel-kernel_7"' in index
+    svgs = [stack for tag, _, stack in page.elements if tag == "svg"]
+    assert len(svgs) == 2000 and html.count('id="hatch"') == 1
