@@ -39,8 +39,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # modules and subpackages users, docs and entry points name), whatever its layer. Every other
 # module lives in the folder of its layer (docs/decisions/0023-layer-folders.md).
 PUBLIC_ROOT = {
-    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "pytest", "startup",
-    "proto", "tiers", "resultsets", "xla", "report", "triton",
+    "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "pytest",
+    "startup", "proto", "tiers", "resultsets", "xla", "report", "triton",
 }
 LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}
 
