@@ -22,9 +22,11 @@ from autotune_cache import __version__
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import RESULTS_EXTENSIONS, TEXT_EXTENSIONS
 from autotune_cache.resultsets.base import (
+    CHANGE_KINDS,
     CONFLICT_POLICIES,
     Row,
     apply_prune,
+    change_counts,
     diff_rows,
     is_directory_path,
     merge_sets,
@@ -181,22 +183,39 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
             f"diff: {args.a} is in the {set_a.format_name} format and {args.b} in the "
             f"{set_b.format_name} format, whose entries cannot be compared; convert one to the "
             "other's format first (`autotune-cache convert`)")
-    a, b = set_a.rows(), set_b.rows()
-    added, removed, changed = diff_rows(a, b)
-    old = {r.id: r for r in a}
-    for sign, rows in (("+", added), ("-", removed)):
-        for r in rows:
-            out.line(f"{sign} {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): {r.config}")
-    for r in changed:
-        o = old[r.id]
-        what = (f"config {o.config} -> {r.config}" if o.config != r.config
-                else f"timing {_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms")
-        out.line(f"~ {r.kernel} [{r.problem}] on {r.device}: {what}")
-    out.line(f"{len(added)} added, {len(removed)} removed, {len(changed)} changed")
-    out.set(a=str(args.a), b=str(args.b), added=[_row_json(r) for r in added],
+    # The vocabulary of `report --baseline` (resultsets.base): entries matched by kernel,
+    # problem and device, so a candidate added to a kernel is "winner changed" or "unchanged",
+    # never "1 added, 1 removed".
+    pairs, removed = diff_rows(set_a.rows(), set_b.rows())
+    counts = Counter(kind for kind, _, _ in pairs)
+    counts["removed"] = len(removed)
+    rekeyed = [(o, r) for kind, o, r in pairs if o is not None and o.id != r.id]
+    for kind, o, r in pairs:
+        where = f"{r.kernel} [{r.problem}] on {r.device}"
+        if o is None:
+            out.line(f"+ {where} ({r.toolchain}): {r.config}")
+        elif kind == "winner changed":
+            out.line(f"~ {where}: winner {o.config} -> {r.config} "
+                     f"({_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms)")
+        elif kind == "re-timed":
+            out.line(f"~ {where}: re-timed {_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms")
+    for r in removed:
+        out.line(f"- {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): {r.config}")
+    line = change_counts(counts)
+    if rekeyed:
+        line += (f"; {len(rekeyed)} under a new key (candidate list, kernel source or "
+                 "toolchain)")
+    out.line(line)
+    out.set(a=str(args.a), b=str(args.b),
+            counts={kind: counts.get(kind, 0) for kind in CHANGE_KINDS},
+            new=[_row_json(r) for kind, _, r in pairs if kind == "new"],
             removed=[_row_json(r) for r in removed],
-            changed=[{"before": _row_json(old[r.id]), "after": _row_json(r)} for r in changed])
-    return EXIT_CHECK_FAILED if added or removed or changed else EXIT_OK
+            changed=[{"kind": kind, "before": _row_json(o), "after": _row_json(r)}
+                     for kind, o, r in pairs if o is not None and kind != "unchanged"],
+            rekeyed=len(rekeyed))
+    differ = any(o is None or kind != "unchanged" or o.payload != r.payload
+                 for kind, o, r in pairs)
+    return EXIT_CHECK_FAILED if differ or removed else EXIT_OK
 
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")

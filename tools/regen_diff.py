@@ -8,11 +8,12 @@ result.tuning_seconds) is counted as "retimed", not "changed".
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from autotune_cache.formats import is_text_suffix
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.resultsets.base import Row, diff_rows
+from autotune_cache.resultsets.base import Row, change_counts, diff_rows
 from autotune_cache.resultsets.registry import loads
 
 # The dump test always writes text (DUMP_FILE_NAME = autotune_cache.textproto in regen_bazel).
@@ -37,14 +38,14 @@ class Change:
         return not self.identical_bytes
 
     def describe(self) -> str:
-        """One line for the per-file summary."""
+        """One line for the per-file summary, in the words of `autotune-cache diff` and
+        `report --baseline` (resultsets.base.change_counts)."""
         if self.identical_bytes:
             return f"unchanged ({self.unchanged} entries, byte-identical)"
         prefix = "created: " if self.created else ""
-        return (
-            f"{prefix}+{self.added} added, -{self.removed} removed, ~{self.changed} changed, "
-            f"{self.retimed} retimed only, {self.unchanged} unchanged"
-        )
+        return prefix + change_counts({"winner changed": self.changed, "re-timed": self.retimed,
+                                       "new": self.added, "removed": self.removed,
+                                       "unchanged": self.unchanged})
 
 
 def strip_timing(payload: bytes) -> bytes | None:
@@ -102,18 +103,12 @@ def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
     if old == new:
         return Change(unchanged=len(new_rows), identical_bytes=True)
     old_rows = _rows(old, suffix)
-    added, removed, changed = diff_rows(old_rows, new_rows)
-    old_by_id = {row.id: row for row in old_rows}
-    retimed = 0
-    for row in changed:
-        before = strip_timing(old_by_id[row.id].payload)
-        if before is not None and before == strip_timing(row.payload):
-            retimed += 1
-    unchanged = len(new_rows) - len(added) - len(changed)
+    pairs, removed = diff_rows(old_rows, new_rows)
+    kinds = Counter(kind for kind, _, _ in pairs)
     return Change(
-        added=len(added),
+        added=kinds["new"],
         removed=len(removed),
-        changed=len(changed) - retimed,
-        retimed=retimed,
-        unchanged=unchanged,
+        changed=kinds["winner changed"],
+        retimed=kinds["re-timed"],
+        unchanged=kinds["unchanged"],
     )

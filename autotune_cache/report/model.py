@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.resultsets.base import Row
+from autotune_cache.resultsets.base import Baseline, Row, change_kind
 from autotune_cache.resultsets.ours import OurResults, config_summary
 from autotune_cache.resultsets.registry import load_any
 
@@ -42,8 +42,11 @@ class Change:
     old_config: str = ""
     old_time_ms: float | None = None
     new_time_ms: float | None = None
-    # The baseline winner's time in the new tuning, when it was benchmarked again.
+    # The baseline winner's time in the new tuning, when it is one of its candidates.
     old_winner_now_ms: float | None = None
+    # That time is the baseline's own timing, reused by an incremental re-tune (not measured
+    # beside the new winner).
+    old_winner_reused: bool = False
 
     @property
     def percent(self) -> float | None:
@@ -158,46 +161,37 @@ def read_file(path: Path) -> tuple[FileReport, list[Row]]:
     return report, rows
 
 
-def _match_key(kernel: str, problem: str, device: str) -> tuple[str, str, str]:
-    return (kernel, problem, device)
-
-
 def compare(section: Section, old: Row | None) -> Change:
-    """The Change of `section` against its baseline row (None: the entry is new)."""
+    """The Change of `section` against its baseline row (None: the entry is new), in
+    resultsets.base's vocabulary (change_kind), shared with `diff`."""
+    kind = change_kind(old, section.row)
     if old is None:
-        return Change("new", new_time_ms=section.row.time_ms)
-    if old.config == section.row.config:
-        kind = "unchanged" if old.time_ms == section.row.time_ms else "re-timed"
+        return Change(kind, new_time_ms=section.row.time_ms)
+    if kind != "winner changed":
         return Change(kind, old.config, old.time_ms, section.row.time_ms)
     now = next((c.time_ms for c in section.candidates
                 if c.config == old.config and not c.failure), None)
-    return Change("winner changed", old.config, old.time_ms, section.row.time_ms, now)
+    # An incremental re-tune reuses the old candidates' timings: the old winner's time is then
+    # the baseline's own, not a measurement of the new run.
+    reused = now is not None and now == old.time_ms
+    return Change(kind, old.config, old.time_ms, section.row.time_ms, now, reused)
 
 
 def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) -> list[Row]:
-    """Set every section's Change from the baseline's rows; the baseline rows nothing matched.
-
-    A baseline row is matched by kernel, problem and device; where the baseline has several (one
-    per toolchain, say), the one with the same toolchain is preferred."""
-    pool: dict[tuple[str, str, str], list[Row]] = {}
-    for row in baseline_rows:
-        pool.setdefault(_match_key(row.kernel, row.problem, row.device), []).append(row)
-    matched: set[str] = set()
+    """Set every section's Change from the baseline's rows (resultsets.base.Baseline: matched
+    by kernel, problem and device, the same toolchain preferred); the baseline rows nothing
+    matched."""
+    baseline = Baseline(baseline_rows)
     for report in reports:
         for section in report.sections:
-            now = section.row
-            rows = pool.get(_match_key(now.kernel, now.problem, now.device), [])
-            old = next((r for r in rows if r.toolchain == now.toolchain), None) or (
-                rows[0] if rows else None)
-            if old is not None:
-                matched.add(old.id)
+            old = baseline.match(section.row)
             section.change = compare(section, old)
             if old is not None and section.change.kind == "winner changed":
                 section.candidates = [
                     Candidate(c.config, c.time_ms, c.failure, c.winner,
                               baseline_winner=c.config == old.config)
                     for c in section.candidates]
-    return [r for rows in pool.values() for r in rows if r.id not in matched]
+    return baseline.unmatched()
 
 
 def build_reports(paths: Sequence[Path], baselines: Sequence[Path] = ()) -> Report:

@@ -20,6 +20,7 @@ from itertools import groupby
 
 from autotune_cache.report import bars
 from autotune_cache.report.model import FileReport, Report, Section
+from autotune_cache.resultsets.base import change_counts
 
 LAZY_ENTRIES = 200  # more entries than this: each kernel's part of the page starts closed
 PROGRESS_EVERY_S = 2.0  # a long page says how far it got this often
@@ -88,9 +89,10 @@ def _changes(report: Report) -> str:
     changed = report.changes("winner changed")
     retimed = report.changes("re-timed")
     new = report.changes("new")
+    counts = {"winner changed": len(changed), "re-timed": len(retimed), "new": len(new),
+              "removed": len(report.removed), "unchanged": len(report.changes("unchanged"))}
     out = [f'<h2 id="changes">Changes against the baseline</h2><p class=summary>'
-           f"{len(changed)} winners changed, {len(retimed)} re-timed, {len(new)} new, "
-           f"{len(report.removed)} removed, {len(report.changes('unchanged'))} unchanged.</p>"]
+           f"{change_counts(counts)}.</p>"]
     if changed:
         out.append("<table class=winners-changed><tr><th>kernel [problem]</th><th>device</th>"
                    "<th>old winner</th><th>new winner</th><th>old time</th><th>new time</th>"
@@ -98,8 +100,14 @@ def _changes(report: Report) -> str:
         for s in changed:
             c = s.change
             assert c is not None
-            now = (f"{_ms(c.old_winner_now_ms)} ({_pct(c.old_winner_slower_percent)} vs new)"
-                   if c.old_winner_now_ms is not None else "not benchmarked")
+            if c.old_winner_now_ms is None:
+                now = "not benchmarked"
+            elif c.old_winner_reused:
+                now = (f"{_ms(c.old_winner_now_ms)}: the baseline's timing, reused by the "
+                       "incremental re-tune, not re-measured")
+            else:
+                now = (f"{_ms(c.old_winner_now_ms)} ({_pct(c.old_winner_slower_percent)} vs "
+                       "new, measured in the same run)")
             out.append(
                 f'<tr class=changed><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
                 f"<span class=mono>[{_e(s.row.problem)}]</span></td><td>{_e(s.row.device)}</td>"

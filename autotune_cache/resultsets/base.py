@@ -8,7 +8,7 @@ The policy is here, not in the CLI: `merge_sets` decides conflicts (`newest`, `f
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -166,13 +166,70 @@ def is_directory_path(path: Path) -> bool:
     return path.is_dir() or str(path).endswith("/") or not path.suffix
 
 
-def diff_rows(a: list[Row], b: list[Row]) -> tuple[list[Row], list[Row], list[Row]]:
-    """Entries added in b, removed from a, and changed between them."""
-    ia, ib = {r.id: r for r in a}, {r.id: r for r in b}
-    added = [r for r in b if r.id not in ia]
-    removed = [r for r in a if r.id not in ib]
-    changed = [r for r in b if r.id in ia and ia[r.id].payload != r.payload]
-    return added, removed, changed
+# ----- comparing two versions of a cache (diff, report --baseline) ---------------------------
+#
+# One vocabulary for both: an entry of the new version is matched with the old one of the same
+# kernel, problem and device (not the whole key: a regen for a new candidate list, toolchain or
+# kernel source changes the key, yet it is the same tuning), the same toolchain preferred; each
+# match is a "winner changed", "re-timed" or "unchanged"; the rest are "new" or "removed".
+
+CHANGE_KINDS = ("winner changed", "re-timed", "new", "removed", "unchanged")
+
+
+def _match_key(row: Row) -> tuple[str, str, str]:
+    return (row.kernel, row.problem, row.device)
+
+
+class Baseline:
+    """The old version's rows, matched one by one with the new version's (`match`)."""
+
+    def __init__(self, rows: Iterable[Row]) -> None:
+        self._pool: dict[tuple[str, str, str], list[Row]] = {}
+        self._by_id: dict[str, Row] = {}
+        for row in rows:
+            self._pool.setdefault(_match_key(row), []).append(row)
+            self._by_id.setdefault(row.id, row)
+        self._matched: set[str] = set()
+
+    def match(self, row: Row) -> Row | None:
+        """The old row with `row`'s very key, else one of its kernel, problem and device not
+        matched yet (its toolchain's first)."""
+        old = self._by_id.get(row.id)
+        if old is None or old.id in self._matched:
+            rows = [r for r in self._pool.get(_match_key(row), []) if r.id not in self._matched]
+            old = next((r for r in rows if r.toolchain == row.toolchain), None) or (
+                rows[0] if rows else None)
+        if old is not None:
+            self._matched.add(old.id)
+        return old
+
+    def unmatched(self) -> list[Row]:
+        """The old rows no new row matched: removed."""
+        return [r for rows in self._pool.values() for r in rows if r.id not in self._matched]
+
+
+def change_kind(old: Row | None, new: Row) -> str:
+    """"new", "winner changed", "re-timed" or "unchanged" (CHANGE_KINDS)."""
+    if old is None:
+        return "new"
+    if old.config != new.config:
+        return "winner changed"
+    return "unchanged" if old.time_ms == new.time_ms else "re-timed"
+
+
+def change_counts(counts: Mapping[str, int]) -> str:
+    """The one summary line of a comparison, in CHANGE_KINDS' words."""
+    return (f"{counts.get('winner changed', 0)} winners changed, {counts.get('re-timed', 0)} "
+            f"re-timed, {counts.get('new', 0)} new, {counts.get('removed', 0)} removed, "
+            f"{counts.get('unchanged', 0)} unchanged")
+
+
+def diff_rows(a: list[Row], b: list[Row]) -> tuple[list[tuple[str, Row | None, Row]],
+                                                   list[Row]]:
+    """(kind, old row, new row) for every entry of b against a, and a's removed rows."""
+    baseline = Baseline(a)
+    pairs = [(change_kind(old, row), old, row) for row in b for old in [baseline.match(row)]]
+    return pairs, baseline.unmatched()
 
 
 # ----- merge ---------------------------------------------------------------------------------

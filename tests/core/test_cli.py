@@ -51,7 +51,7 @@ def test_convert_round_trips_through_every_form(cache_file, tmp_path, chain):
         assert src.read_bytes() == cache_file.read_bytes()
 
 
-def test_diff_reports_added_removed_changed(tmp_path, capsys):
+def test_diff_speaks_the_reports_vocabulary(tmp_path, capsys):
     a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
     save_results(a, H200_ENTRIES)
     changed = fake_tune(make_key(problem={"M": 1}))
@@ -59,8 +59,29 @@ def test_diff_reports_added_removed_changed(tmp_path, capsys):
     save_results(b, [changed, CPU_ENTRY])
     assert main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
-    assert "1 added, 1 removed, 1 changed" in out
-    assert "timing 1 -> 99 ms" in out
+    assert "0 winners changed, 1 re-timed, 1 new, 1 removed, 0 unchanged" in out
+    assert "re-timed 1 -> 99 ms" in out
+
+
+def test_an_added_candidate_is_a_changed_winner_in_diff_as_in_report(tmp_path, capsys):
+    """Issue 39: after a candidate was added, `diff` said "3 added, 3 removed, 0 changed" and
+    `report --baseline` "2 winners changed, 3 unchanged". The same words now."""
+    from autotune_cache.report.model import build_reports
+
+    a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    old = [fake_tune(make_key(problem={"M": m})) for m in range(3)]
+    new = [fake_tune(make_key(problem={"M": m}, configs="with-one-more"))
+           for m in range(3)]
+    new[0].result.config.num_warps = 8  # a different winner, among the candidates
+    save_results(a, old)
+    save_results(b, new)
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    words = "1 winners changed, 0 re-timed, 0 new, 0 removed, 2 unchanged"
+    assert words + "; 3 under a new key (candidate list, kernel source or toolchain)" in out
+    report = build_reports([b], [a])
+    counts = {k: len(report.changes(k)) for k in ("winner changed", "unchanged", "new")}
+    assert counts == {"winner changed": 1, "unchanged": 2, "new": 0} and not report.removed
 
 
 def test_merge_conflict_policies(tmp_path, capsys):
@@ -203,7 +224,7 @@ def test_every_verb_speaks_json_with_its_exit_status(cache_file, tmp_path, capsy
     assert main(["diff", str(cache_file), str(tmp_path / "other.textproto"), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert [r["device"] for r in doc["removed"]] == ["cpu-interpreter / interpreter"]
-    assert doc["added"] == [] and doc["changed"] == []
+    assert doc["new"] == [] and doc["changed"] == [] and doc["counts"]["unchanged"] >= 1
     assert main(["verify", str(tmp_path / "missing.textproto"), "--json"]) == 1
     (entry,) = json.loads(capsys.readouterr().out)["files"]
     assert entry["ok"] is False and "missing.textproto" in entry["error"]

@@ -166,7 +166,8 @@ def test_baseline_shows_which_winners_changed_and_by_how_much(tmp_path):
     text = "".join(page.text)
     assert "BLOCK=64 warps=4 stages=3" in text and "BLOCK=32 warps=4 stages=3" in text
     assert "-50.0%" in text  # 1.0 ms -> 0.5 ms
-    assert "1.1 ms (+120.0% vs new)" in text  # the old winner, timed in the new tuning
+    # The old winner, timed in the new tuning.
+    assert "1.1 ms (+120.0% vs new, measured in the same run)" in text
     assert "baseline winner" in html  # hatched and labelled on the chart
     change = report.changes("winner changed")[0].change
     assert (change.old_time_ms, change.new_time_ms, change.old_winner_now_ms) == (1.0, 0.5,
@@ -218,3 +219,24 @@ def test_two_thousand_entries_make_an_indexed_page_of_a_few_megabytes(tmp_path):
     assert index.count("<tr>") == 41 and 'href="#kernel-kernel_7"' in index
     svgs = [stack for tag, _, stack in page.elements if tag == "svg"]
     assert len(svgs) == 2000 and html.count('id="hatch"') == 1
+
+
+def test_a_reused_timing_is_never_called_a_measurement_of_the_same_run(tmp_path):
+    """Issue 39: after an incremental re-tune (a candidate added; the old ones' timings
+    reused), the "old winner now" column claimed "measured in the same run" for the baseline's
+    own timing, and showed a bogus change."""
+    old = fake_tune(make_key())
+    new = pb.Entry()
+    new.CopyFrom(old)
+    added = new.result.candidates.add()
+    added.config.CopyFrom(old.result.config)
+    added.config.num_warps = 16
+    added.time_ms = old.result.time_ms / 2
+    new.result.config.CopyFrom(added.config)
+    new.result.time_ms = added.time_ms
+    a, b = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    save_results(a, [old])
+    save_results(b, [new])
+    html = render_html(build_reports([b], [a]))
+    assert "the baseline's timing, reused by the incremental re-tune, not re-measured" in html
+    assert "measured in the same run" not in html

@@ -66,14 +66,15 @@ def test_convert_text_binary_dir_and_back(tmp_path, src, chain):
 def test_diff_reports_retuned_fusions(capsys):
     assert main(["diff", str(RES), str(FUSION)]) == 1
     out = capsys.readouterr().out
-    assert "6 added, 0 removed, 1 changed" in out
+    assert "1 winners changed, 0 re-timed, 6 new, 0 removed, 9 unchanged" in out
     assert "~ fce9c74f1d1a635db2e4a3181e0c1551" in out and "block_n=256" in out
 
 
 def test_diff_legacy_file_against_its_directory(capsys):
     assert load_any(FUSION_LEGACY).format_name == "xla-legacy"
     assert main(["diff", str(LEGACY), str(FUSION_LEGACY)]) == 1
-    assert "0 added, 0 removed, 2 changed" in capsys.readouterr().out
+    assert "2 winners changed, 0 re-timed, 0 new, 0 removed, 8 unchanged" in \
+        capsys.readouterr().out
 
 
 def test_merge_file_and_directory(tmp_path, capsys):
