@@ -34,6 +34,7 @@ from autotune_cache.store.tuning import (
     Tune,
     TuneJob,
     build_entry,
+    config_text,
     recorded_timings,
     reusable_timings,
 )
@@ -115,8 +116,10 @@ class Cache:
                      "--require_complete_autotune_results is off for it")
         # How the messages tell the user to regenerate and to forbid tuning; the pytest plugin
         # names its own options instead of the AUTOTUNE_FLAGS flags.
-        self.dump_advice = ("running once with --dump_autotune_results_to=PATH (on this device) "
-                            "and committing PATH")
+        loaded = self.settings.load_from
+        path = str(loaded[0]) if len(loaded) == 1 else "PATH"
+        self.dump_advice = (f"running once with --dump_autotune_results_to={path} (on this "
+                            f"device) and committing {path}")
         self.require_flag = "--require_complete_autotune_results"
         self._dump = None
         if self.settings.dump_to is not None:
@@ -210,7 +213,7 @@ class Cache:
                 log.info("autotune_cache: candidate list of %s changed; re-tuning only the new "
                          "candidates", key.describe())
             if self.settings.require_complete:
-                error = MissingResultError(self.missing_message(key, near))
+                error = MissingResultError(self.missing_message(key, near, candidates))
                 self._tell(key, None, error)
                 raise error
             self._tell(key, None)
@@ -259,12 +262,17 @@ class Cache:
         """Entries that differ from `key` only in the candidate list: reusable timings."""
         return [f.entry for f in self.near_misses(key) if not key.is_stale(f.key)]
 
-    def missing_message(self, key: CacheKey, near: list[Found]) -> str:
-        """The require_complete error: what is missing, what is stale, how to regenerate."""
+    def missing_message(self, key: CacheKey, near: list[Found],
+                        candidates: Sequence[pb.Config] | None = None) -> str:
+        """The require_complete error: what is missing, what is stale (in the summary's words:
+        a changed candidate list is not "stale"), which candidates are new, how to
+        regenerate."""
         sources = [s for tier in self.tiers for s in tier.searched()]
+        stale = [f for f in near if key.is_stale(f.key)]
+        why = (" (the cache is stale)" if stale
+               else " (the kernel's candidate list changed)" if near else "")
         lines = [
-            f"autotune_cache: no tuned result for {key.kernel} [{key.problem}]"
-            f"{' (the cache is stale)' if near else ''}",
+            f"autotune_cache: no tuned result for {key.kernel} [{key.problem}]{why}",
             f"  kernel:    {key.kernel}",
             f"  problem:   {key.problem}",
             f"  device:    {key.device}",
@@ -273,9 +281,16 @@ class Cache:
             f"Searched: {', '.join(sources) or 'nothing (no results loaded)'}.",
         ]
         if near:
-            lines.append("The cache is stale: it has this kernel and problem only for")
+            lines.append(("The cache is stale: it" if stale else "The cache") +
+                         " has this kernel and problem only for")
             for f in near[:10]:
                 lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {f.origin})")
+        added = _new_candidates(candidates, [f for f in near if f not in stale])
+        if added:
+            shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5
+                                             else "")
+            lines.append(f"New candidate(s) since it was tuned: {shown}; a regen benchmarks "
+                         "only these, reusing the recorded timings of the others.")
         lines.append(self.regen_line())
         return "\n".join(lines)
 
@@ -492,6 +507,16 @@ class Cache:
             return
         with tier.lock(key, timeout) as held:
             yield held
+
+
+def _new_candidates(candidates: Sequence[pb.Config] | None, near: Sequence[Found]) -> list[str]:
+    """The candidates (as config text) that none of the near misses with the same source,
+    device and toolchain recorded a timing for: what a candidate-list change added."""
+    if not candidates or not near:
+        return []
+    recorded = {config_text(t.config) for f in near for t in f.entry.result.candidates}
+    return [text for text in dict.fromkeys(config_text(c) for c in candidates)
+            if text not in recorded]
 
 
 _cache: Cache | None = None

@@ -5,6 +5,7 @@ the dump written at session end."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -63,9 +64,12 @@ def _configure_cache(settings: Settings, combined: str) -> Cache:
 
 
 def _speak_pytest(cache: Cache) -> Cache:
-    """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags."""
-    cache.dump_advice = ("running the suite once with `pytest --autotune-dump=PATH` (on this "
-                         "device) and committing PATH")
+    """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags; a
+    run that loads one committed file is told to regenerate that very file."""
+    loaded = cache.settings.load_from
+    path = shlex.quote(str(loaded[0])) if len(loaded) == 1 else "PATH"
+    cache.dump_advice = (f"running the suite once with `pytest --autotune-dump={path}` (on this "
+                         f"device) and committing {path}")
     cache.require_flag = "--autotune-require-complete"
     return cache
 

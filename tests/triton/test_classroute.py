@@ -163,3 +163,26 @@ def test_triton_tuning_outside_strict_mode_is_said_in_the_summary(use_cache) -> 
     assert cache.stats.kernels_tuned_on_triton == {OWN}
     assert "BYPASSED: 1 autotuned kernel(s) ran on Triton's own autotuner" in \
         cache.stats.summary_line()
+
+
+def test_a_changed_candidate_list_is_named_as_such_with_the_added_config(
+        use_cache, fake, tmp_path: Path) -> None:
+    """Issue 39: the strict failure said "(the cache is stale)" while the summary said
+    "0 stale", named no added config, and told to dump to PATH though the path was known."""
+    from autotune_cache.errors import MissingResultError
+    from tests.triton import kernels
+
+    dump = tmp_path / "k.autotune.textproto"
+    cache = use_cache(dump_to=dump)
+    fake(kernels.TABLE)
+    kernels.launch_add(kernels.tuned_add((16, 32, 64)), n=64)
+    cache.close()
+    cache = use_cache(load_from=(dump,), require_complete=True)
+    with pytest.raises(MissingResultError) as raised:
+        kernels.launch_add(kernels.tuned_add((16, 32, 64, 128)), n=64)
+    message = str(raised.value)
+    assert "(the kernel's candidate list changed)" in message
+    assert "(the cache is stale)" not in message and "The cache is stale" not in message
+    assert "New candidate(s) since it was tuned: BLOCK_SIZE=128" in message
+    assert f"--dump_autotune_results_to={dump}" in message
+    assert cache.stats.stale == 0 and cache.stats.candidates_changed == 1
