@@ -3,13 +3,10 @@
 One horizontal bar per candidate, fastest on top, the winner green and labelled, the
 baseline's winner (when it lost) hatched, then the candidates whose time is not a time (a
 damaged entry) and the failed ones as text rows with their reason: the same picture as the
-matplotlib chart of `--png` (charts.py), at a fraction of its cost. A matplotlib figure per
-entry took 270 s and 25 MB for 2,000 entries; these bars are a few hundred bytes of SVG each,
-written in microseconds, with their text kept as text (small, searchable, selectable).
-
-Decision: matplotlib stays for the PNG files, where its layout is worth its cost; a bar chart
-of one row per candidate needs nothing but rectangles and text, which SVG says directly.
-Output is deterministic (no ids, no dates, fixed number formats).
+matplotlib chart of `--png` (charts.py), at a fraction of its cost: a few hundred bytes of SVG
+a candidate, with its text kept as text (small, searchable, selectable); why the page does not
+use matplotlib: docs/decisions/0027-report-charts-from-data.md. Output is deterministic (no
+ids, no dates, fixed number formats).
 """
 
 from __future__ import annotations
