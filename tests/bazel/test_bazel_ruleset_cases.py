@@ -94,13 +94,13 @@ def test_cache_in_another_package_is_created_by_the_first_regen(workspace: Works
     label = f"//{PKG}/user:other_pkg_test"
     cache.unlink(missing_ok=True)
     created = ws.run("run", f"{label}.regen")
-    assert "created: +1 added" in created.output, created.output
+    assert "created: 0 winners changed, 0 re-timed, 1 new" in created.output, created.output
     assert kernels_in(cache) == ["other_pkg"]
     ws.run("test", label)
     # An empty placeholder a user committed means "no entries yet", not a broken file.
     cache.write_bytes(b"")
     again = ws.run("run", f"{label}.regen")
-    assert "created: +1 added" in again.output, again.output
+    assert "created: 0 winners changed, 0 re-timed, 1 new" in again.output, again.output
     assert kernels_in(cache) == ["other_pkg"]
 
 
@@ -203,7 +203,8 @@ def test_pytest_file_dumps_regens_and_loads_over_three_shards(workspace: Workspa
     ws = workspace
     (ws.root / PYTEST_CACHE).unlink(missing_ok=True)
     created = ws.run("run", f"{PYTEST_LABEL}.regen")
-    assert f"{PYTEST_CACHE}: ok: created: +6 added" in created.output, created.output
+    assert f"{PYTEST_CACHE}: ok: created: 0 winners changed, 0 re-timed, 6 new" in \
+        created.output, created.output
     assert kernels_in(ws.root / PYTEST_CACHE) == PYTEST_KERNELS
     dump_log = ws.test_log(f"{PYTEST_LABEL}.dump")
     assert "7 passed" in dump_log and "dump: wrote 6 entries to" in dump_log, dump_log[-3000:]

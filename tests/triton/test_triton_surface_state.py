@@ -128,7 +128,8 @@ def test_routed_cache_results_keeps_results_under_tritons_cache_dir(use_cache, f
         routed_add(cache_results=True)
     assert [r for r in caplog.records if "cache_results" in r.getMessage()][0].getMessage() \
         .count(str(routed)) == 1
-    assert cache.settings.cache_dir == routed and cache.store is not None
+    assert cache.settings.cache_dir == routed
+    assert any(t.name == "directory" for t in cache.tiers)
     out, expected = kernels.launch_add(kernel)
     torch.testing.assert_close(out, expected)
     assert list(routed.glob("*.textproto"))  # the entry is on disk
@@ -152,7 +153,8 @@ def test_routed_cache_results_follows_the_triton_env_var_too(use_cache, routed,
 def test_flags_that_name_where_results_live_decide_instead(use_cache, routed, tmp_path) -> None:
     cache = use_cache(dump_to=tmp_path / "dump.textproto")
     routed_add(cache_results=True)
-    assert cache.settings.cache_dir is None and cache.store is None
+    assert cache.settings.cache_dir is None
+    assert not any(t.name == "directory" for t in cache.tiers)
     plain = use_cache()
     routed_add()  # no cache_results asked: nothing added either
     assert plain.settings.cache_dir is None
