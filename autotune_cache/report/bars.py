@@ -45,18 +45,38 @@ def _short(text: str, limit: int = MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _plottable(time_ms: float | None) -> bool:
+def plottable(time_ms: float | None) -> bool:
+    """Whether a chart can place this time: a damaged or forged entry may hold NaN,
+    infinities, negative or astronomically large times, which are listed as text instead."""
     return time_ms is not None and math.isfinite(time_ms) and 0 <= time_ms <= _MAX_PLOTTED_MS
+
+
+def rows_of(section: Section) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
+    """A chart's rows, top to bottom, for both drawings (this one and charts.py's): the
+    timed candidates fastest first, those whose time is not a time, the failed ones."""
+    ok = sorted((c for c in section.candidates if not c.failure and plottable(c.time_ms)),
+                key=lambda c: c.time_ms or 0.0)
+    odd = [c for c in section.candidates if not c.failure and c.time_ms is not None
+           and not plottable(c.time_ms)]
+    return ok, odd, [c for c in section.candidates if c.failure]
+
+
+def bar_note(c: Candidate, best: float) -> str:
+    """The text beside a candidate's bar: its time, its ratio to the best, and its role."""
+    note = f"{c.time_ms:.4g} ms"
+    if best:
+        note += f"  {(c.time_ms or 0.0) / best:.2f}×"
+    if c.winner:
+        note += "  winner"
+    elif c.baseline_winner:
+        note += "  baseline winner"
+    return note
 
 
 def svg(section: Section, *, define_hatch: bool = False) -> str:
     """The chart of one entry as an inline <svg> element (`define_hatch`: carry the hatch
     pattern's definition; the page gives it to its first chart, the others refer to it)."""
-    ok = sorted((c for c in section.candidates if not c.failure and _plottable(c.time_ms)),
-                key=lambda c: c.time_ms or 0.0)
-    odd = [c for c in section.candidates if not c.failure and c.time_ms is not None
-           and not _plottable(c.time_ms)]
-    failed = [c for c in section.candidates if c.failure]
+    ok, odd, failed = rows_of(section)
     rows = len(ok) + len(odd) + len(failed)
     width, height = LABEL + BARS + NOTE, ROW * rows + 22
     top = max((c.time_ms or 0.0 for c in ok), default=0.0)
@@ -84,13 +104,7 @@ def _bar(i: int, c: Candidate, top: float, best: float) -> str:
     y = ROW * i
     length = BARS * (c.time_ms or 0.0) / top if top > 0 else 0.0
     fill = WINNER if c.winner else OTHER
-    note = f"{c.time_ms:.4g} ms"
-    if best:
-        note += f"  {(c.time_ms or 0.0) / best:.2f}×"
-    if c.winner:
-        note += "  winner"
-    elif c.baseline_winner:
-        note += "  baseline winner"
+    note = bar_note(c, best)
     hatch = (f'<rect x="{LABEL}" y="{y + 2}" width="{length:.1f}" height="{ROW - 4}" '
              'class=h />' if c.baseline_winner else "")
     # Colours, strokes and anchors come from the page's CSS (CSS below): a few hundred bytes

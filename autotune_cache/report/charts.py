@@ -10,17 +10,14 @@ Output is deterministic: a fixed SVG hash salt and no date metadata.
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.report.bars import FAILED, OTHER, WINNER, bar_note, rows_of
 from autotune_cache.report.model import Section
 
-WINNER = "#2ca02c"
-OTHER = "#7f9fc4"
-FAILED = "#d62728"
 # Names are data, never math: `$` in a kernel or problem name is drawn as a dollar sign.
 _RC = {"svg.hashsalt": "autotune-cache-report", "svg.fonttype": "none", "font.size": 8,
        "axes.titlesize": 9, "text.parse_math": False}
@@ -44,15 +41,6 @@ def _short(text: str, limit: int = _MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# Times a chart can place: a damaged or forged entry may hold NaN, infinities, negative or
-# astronomically large times, which are listed as text instead of drawn.
-_MAX_PLOTTED_MS = 1e12
-
-
-def _plottable(time_ms: float | None) -> bool:
-    return time_ms is not None and math.isfinite(time_ms) and 0 <= time_ms <= _MAX_PLOTTED_MS
-
-
 @contextlib.contextmanager
 def _quiet_glyphs() -> Iterator[None]:
     """Names are drawn as given: a character the font lacks shows as a box, and a name too
@@ -69,11 +57,7 @@ def _rows(section: Section) -> int:
 
 def draw(ax: object, section: Section, title: str | None = None) -> None:
     """Draw `section`'s candidates on the matplotlib axes `ax`."""
-    ok = sorted((c for c in section.candidates if not c.failure and _plottable(c.time_ms)),
-                key=lambda c: c.time_ms)
-    odd = [c for c in section.candidates if not c.failure and c.time_ms is not None
-           and not _plottable(c.time_ms)]
-    failed = [c for c in section.candidates if c.failure]
+    ok, odd, failed = rows_of(section)
     labels = [_short(c.config) for c in (*ok, *odd, *failed)]
     y = list(range(len(labels)))
     times = [c.time_ms for c in ok]
@@ -83,13 +67,7 @@ def draw(ax: object, section: Section, title: str | None = None) -> None:
     for bar, cand in zip(bars, ok, strict=True):
         if cand.baseline_winner:
             bar.set_hatch("///")
-        note = f" {cand.time_ms:.4g} ms"
-        if best:
-            note += f"  {cand.time_ms / best:.2f}×"
-        if cand.winner:
-            note += "  winner"
-        elif cand.baseline_winner:
-            note += "  baseline winner"
+        note = " " + bar_note(cand, best)
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, note, va="center",
                 fontsize=7, color="#111111")
     for i, cand in enumerate(odd, start=len(ok)):
