@@ -98,3 +98,21 @@ def test_binary_destination_without_a_committed_file_is_created_binary(tmp_path:
     assert regen_diff.compare(None, new, ".pb").created
     # A text destination keeps the dump's bytes exactly.
     assert regen_diff.committed_bytes(None, dumped, ".textproto") == dumped
+
+
+def test_a_kernel_edit_loses_no_entries_so_a_narrowed_check_stays_narrow(tmp_path: Path) -> None:
+    """Issue 39: a one-test `--check` after a kernel edit queried the whole workspace ("looking
+    for other tests that share it"), because every entry's key changed and the old ones counted
+    as removed. Entries are matched by kernel, problem and device now (the vocabulary of diff
+    and report): the edit's entries replace the old ones, nothing is lost, and
+    widen_where_entries_would_go has nothing to look for."""
+    old = [_entry("n=1", 1, 64), _entry("n=2", 2, 64)]
+    new = [_entry("n=1", 1, 64), _entry("n=2", 2, 128)]
+    for entry in new:
+        entry.key.source_fingerprint = "edited"
+    a, b = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    save_results(a, old)
+    save_results(b, new)
+    change = regen_diff.compare(a.read_bytes(), b.read_bytes(), ".textproto")
+    assert (change.removed, change.changed, change.unchanged) == (0, 1, 1)
+    assert change.describe() == "1 winners changed, 0 re-timed, 0 new, 0 removed, 1 unchanged"
