@@ -5,11 +5,12 @@ S-cold profile).
 
 A cold tuning compiles every candidate before it benchmarks them, on `--autotune_compile_workers`
 threads (autotune_cache/triton/compile.py). On the H200 the candidate compiles of a real suite
-summed to about 2.3x their serial time on 16 threads (docs/benchmarks.md, issue 24), so the threads
-contend. This bench compiles the brief's matmul kernel (`bench/triton_matmul_workload.py`'s `mm`,
-its GPU candidate list: 48 configs) for sm_90 with Triton's real compiler (MLIR, LLVM, ptxas), no
-GPU needed (a compile-only target, as tests/triton/compile_worker.py does), in three ways, each in
-a fresh child with its own empty TRITON_CACHE_DIR:
+summed to about 2.3x their serial time on 16 threads (bench/suite_perf.py's profile, issue 24),
+so the threads contend. This bench compiles the brief's matmul kernel
+(`bench/triton_matmul_workload.py`'s `mm`, its GPU candidate list: 48 configs) for sm_90 with
+Triton's real compiler (MLIR, LLVM, ptxas), no GPU needed (a compile-only target, as
+tests/triton/compile_worker.py does), in three ways, each in a fresh child with its own empty
+TRITON_CACHE_DIR:
 
   serial     one thread; Triton's compile listener splits each compile into its stages
              (ir_initialization: the Python front end from the AST to TTIR, then the lowering

@@ -4,7 +4,7 @@
         [--examples=NAME,...] [--single-runs=2] [--strip-devices='DEV|DEV'] [--allow-cpu]
     python3 bench/regen_multi_gpu.py EXTRACTED_ARTIFACTS_DIR --recheck     # offline, no GPU
 
-docs/benchmarks.md ("Multi-GPU cache regeneration") has the figures of a two-H200 run.
+docs/benchmarks.md ("regen_multi_gpu") has the figures of two-H200 runs.
 
 The GPU machine has no Bazel, so this drives `//tools:regen_cache`'s scheduler
 (tools/regen_scheduler.py, unchanged) by hand with the command each `.dump` target runs:
@@ -26,7 +26,7 @@ The GPU machine has no Bazel, so this drives `//tools:regen_cache`'s scheduler
 - The dumps are merged into the committed caches with tools/regen_diff.py's `committed_bytes`
   and summarised with its `compare`, exactly as regen_cache's harvest step does.
 
-Where this differs from `bazel run //tools:regen_cache` (docs/benchmarks.md lists it too):
+Where this differs from `bazel run //tools:regen_cache`:
 no sandbox or runfiles tree: the working directory is the repository root, standing in for the
 runfiles root `$TEST_SRCDIR/_main` (so the `$(rootpath)` cache paths resolve the same), and
 imports come from `PYTHONPATH=<repo root>` and the machine's own site-packages instead of the

@@ -2,7 +2,7 @@
 
 Why: a regen (a dump run) of a real suite tuned each key when a test first launched it, and a
 key's tuning cannot end before its slowest candidate compile does. Measured on the H200 with
-FLA's suite (bench/suite_perf.py, docs/benchmarks.md): each key's slowest compile, summed over
+FLA's suite (bench/suite_perf.py), before this module: each key's slowest compile, summed over
 the keys, was 47.6 s of the 60.6 s the tunings took, while the 16 cores compiled little else.
 
 What happens instead, on a miss in a dump run (Cache.resolve_or_defer offers the rest of the

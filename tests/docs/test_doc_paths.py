@@ -16,8 +16,6 @@ TOP = [d for d in ("autotune_cache", "bench", "docs", "e2e", "examples", "rules"
 # Paths that are named on purpose although they are not in the repository, and why.
 NOT_HERE = {
     "tests/t.py": "docs/bazel.md: the main of a user's target `t`",
-    "bench/bazel_text_cache.py": "docs/benchmarks.md: the history of the removed binary copy",
-    "rules/private/make_binary_copy.py": "docs/benchmarks.md: the same history",
 }
 PATH = re.compile(r"(?<![\w./@$-])((?:" + "|".join(TOP) + r")/[\w./-]*)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
