@@ -1,7 +1,7 @@
 """The brief's Triton workload: a 48-config fp16 matmul tuned over three shapes, in one process.
 
     python bench/triton_matmul_workload.py --tuner triton|triton-cached|ours|winners
-                                           [--extra-configs] [--results FILE]
+                                           [--results FILE]
 
 Prints one line `RESULT {json}`: seconds to import, seconds of the first (tuning) call and of the
 second call per shape, the winning configs, the max error against torch, and for `ours` the
@@ -52,14 +52,6 @@ else:
 
 if os.environ.get("AUTOTUNE_BENCH_SMOKE") == "1":  # CI's smoke run: the script, not the speed
     CONFIGS, SHAPES = CONFIGS[:2], SHAPES[:1]
-
-# Candidates a kernel author adds later (bench/triton_incremental.py): a deeper K tile.
-EXTRA_CONFIGS = (
-    [triton.Config({"BM": bm, "BN": 32, "BK": 64}, num_warps=4, num_stages=2) for bm in (16, 32)]
-    if INTERPRET else
-    [triton.Config({"BM": 64, "BN": bn, "BK": 128}, num_warps=w, num_stages=3)
-     for bn in (64, 128) for w in (4, 8)]
-)
 
 
 @triton.jit
@@ -133,10 +125,10 @@ class Winners:
         return launch
 
 
-def build(tuner: str, extra_configs: bool = False, results: str | None = None):
+def build(tuner: str, results: str | None = None):
     """The workload kernel decorated by triton.autotune or by ours (same configs and key)."""
     fn = mm_static_k if INTERPRET else mm
-    configs = CONFIGS + (EXTRA_CONFIGS if extra_configs else [])
+    configs = list(CONFIGS)
     if tuner == "triton":
         return triton.autotune(configs=configs, key=["M", "N", "K"])(fn)
     if tuner == "triton-cached":
@@ -200,16 +192,13 @@ def main() -> int:
     parser.add_argument("--tuner", choices=("triton", "triton-cached", "ours", "winners"),
                         required=True)
     parser.add_argument("--results", help="the results file `--tuner winners` launches")
-    parser.add_argument("--extra-configs", action="store_true",
-                        help="append EXTRA_CONFIGS to the candidate list (a later edit)")
     args = parser.parse_args()
-    n_configs = len(CONFIGS) + (len(EXTRA_CONFIGS) if args.extra_configs else 0)
-    out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": n_configs,
+    out: dict = {"tuner": args.tuner, "interpret": INTERPRET, "configs": len(CONFIGS),
                  "import_s": round(time.perf_counter() - T0, 3), "shapes": []}
     started = time.perf_counter()
     kernel = None
     try:
-        kernel = build(args.tuner, args.extra_configs, args.results)
+        kernel = build(args.tuner, args.results)
         firsts = [first_call(kernel, *shape) for shape in SHAPES]
         if args.tuner == "ours":
             # A dump run defers its tunings to its end (docs/triton.md): do them here, inside

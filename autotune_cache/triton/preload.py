@@ -439,7 +439,7 @@ def held() -> Iterator[None]:
 def _start_driver() -> None:
     """Create Triton's active GPU driver here, once, before the preload threads start: with an
     empty compile cache that builds its C driver stub (0.35-0.45 s on the H200 host), and each
-    preload thread would otherwise race to build its own (bench/profile_sandbox_start.py showed
+    preload thread would otherwise race to build its own (a timeline of a fresh process showed
     three concurrent builds). A failure is left to the launch to report."""
     try:
         from triton.runtime import driver
