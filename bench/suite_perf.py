@@ -92,7 +92,7 @@ SUITES: dict[str, Suite] = {
     # kernels, 30 configs each), layer norm, RMS norm and token shift of fla.modules (autotuned
     # over block size / num_warps / num_stages, keyed by the hidden size; FLA itself passes
     # cache_results=True). One shape per kernel family, no torch.compile: the first selection
-    # (30 tests, bench/results/suite_perf_fla_h200_try1.md) needed over 200 s for P alone.
+    # (30 tests) needed over 200 s for P alone.
     # l2norm is tuned by FLA's own `fla_cache_autotune` (a CachedAutotuner(Autotuner) built
     # directly, not through triton.autotune), routed by the switch since issue 35
     # (triton/classroute.py); the census in the report shows what stays on Triton.

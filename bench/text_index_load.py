@@ -22,8 +22,8 @@ median over all.
 The comparison with the binary copy the index replaced (issue 23) was measured by this script
 at commit dbe02c8, the last with autotune_cache.binary_copy, in one run: the copy written on a
 first load (protoc parsing the text: grpc_tools was importable), the copy read on later loads,
-and a plain parse with copies off, by protoc and by protobuf's Python parser. Its figures are in
-bench/results/text_index_load_vs_binary_copy.{md,json}; run that commit's script to redo them.
+and a plain parse with copies off, by protoc and by protobuf's Python parser. Its figures were
+committed in cf4a540 (git history); run that commit's script to redo them.
 
 Writes OUT_DIR/text_index_load.json and OUT_DIR/text_index_load.md. --smoke: 200 and 50
 entries, 2 candidates, one rep (checks the script, not the speed).
