@@ -56,7 +56,10 @@ def summary(result: subprocess.CompletedProcess) -> str:
     return "\n".join(lines[start + 1:start + 4])
 
 
-def dump_with_the_switch(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tunerlib's suite dumped once with the switch: the file a team commits (read only)."""
+    tmp_path = tmp_path_factory.mktemp("dump")
     dump = tmp_path / "tunerlib.autotune.textproto"
     cold = pytest_run(tmp_path, "--autotune-all-kernels", f"--autotune-dump={dump}")
     assert cold.returncode == 0, cold.stdout + cold.stderr
@@ -65,8 +68,9 @@ def dump_with_the_switch(tmp_path: Path) -> Path:
     return dump
 
 
-def test_with_the_switch_both_kernels_are_dumped_and_strictly_loaded(tmp_path: Path) -> None:
-    dump = dump_with_the_switch(tmp_path)
+def test_with_the_switch_both_kernels_are_dumped_and_strictly_loaded(
+        committed: Path, tmp_path: Path) -> None:
+    dump = committed
     warm = pytest_run(tmp_path, "--autotune-all-kernels", f"--autotune-load={dump}",
                       "--autotune-require-complete")
     assert warm.returncode == 0, warm.stdout + warm.stderr
@@ -76,8 +80,8 @@ def test_with_the_switch_both_kernels_are_dumped_and_strictly_loaded(tmp_path: P
 
 
 def test_without_the_switch_a_strict_load_fails_naming_the_kernels_and_the_switch(
-        tmp_path: Path) -> None:
-    dump = dump_with_the_switch(tmp_path)
+        committed: Path, tmp_path: Path) -> None:
+    dump = committed
     strict = pytest_run(tmp_path, f"--autotune-load={dump}", "--autotune-require-complete")
     assert strict.returncode != 0
     out = strict.stdout
@@ -102,8 +106,8 @@ HOOK_INSTALLED = (Path(sysconfig.get_paths()["purelib"]) / "autotune_cache_all_k
                     "hook (autotune_cache_all_kernels.pth in site-packages), as tools/dev.sh "
                     "setup installs it")
 def test_a_plain_strict_process_without_the_switch_fails_naming_the_kernel(
-        tmp_path: Path) -> None:
-    dump = dump_with_the_switch(tmp_path)
+        committed: Path, tmp_path: Path) -> None:
+    dump = committed
     # The script never imports autotune_cache: the start-up hook watches Triton's tuners.
     result = run([str(TESTS / "drive.py")], tmp_path,
                  f"--load_autotune_results_from={dump} --require_complete_autotune_results")
