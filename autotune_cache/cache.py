@@ -229,6 +229,7 @@ class Cache:
                           and self._usable(f, key, candidates)), None)
             if found is None:
                 return None
+            self._near_memo.pop(key.digest(), None)  # served: its miss is over
             self.memory.remember(found)
             self.stats.from_peer(found.entry.result.tuning_seconds)
             self._mark_used(key, found.entry)

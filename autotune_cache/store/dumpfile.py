@@ -186,7 +186,6 @@ class DumpFile:
         cut-off end, an editor's byte-order mark) is what a regen must recover from: it is
         replaced, and said so (`broken`); a file that is not a results file at all is still
         refused (read_existing)."""
-        self.broken = ""
         try:
             return read_existing(self.path, flag)
         except CacheDirError as e:
@@ -202,11 +201,7 @@ class DumpFile:
     def skips_load(self, path: Path) -> bool:
         """Whether a file to load is this run's dump path holding a broken results file that
         the run replaces (so loading it would only fail the regen)."""
-        marker = self.run_dir / _BROKEN
-        try:
-            return marker.is_file() and str(Path(path).resolve()) == self._target
-        except OSError:
-            return False
+        return (self.run_dir / _BROKEN).is_file() and self._is_target(path)
 
     def _keep_snapshot(self) -> None:
         """Keep the dump path's file as the run found it, for the members' loads."""
@@ -223,12 +218,14 @@ class DumpFile:
         """Where to read `path`, a file to load: the run's snapshot when it is this dump's path
         (an in-place regen sees the committed file for the whole run), else `path`."""
         snapshot = self.run_dir / _SNAPSHOT
+        return snapshot if self._is_target(path) and snapshot.is_file() else Path(path)
+
+    def _is_target(self, path: Path) -> bool:
+        """Whether `path` names this dump's file (through links and relative parts)."""
         try:
-            if str(Path(path).resolve()) == self._target and snapshot.is_file():
-                return snapshot
+            return str(Path(path).resolve()) == self._target
         except OSError:
-            pass
-        return Path(path)
+            return False
 
     # ----- writing ---------------------------------------------------------------------------
 

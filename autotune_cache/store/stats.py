@@ -100,7 +100,7 @@ class Stats:
             self.kernels_tuned_on_triton.add(kernel)
             return first
 
-    def library_config(self, kernel: str) -> None:
+    def library_config(self) -> None:
         """A routed library supplied a launch key's config itself (not tuned, not cached)."""
         with self._lock:
             self.library_configs += 1

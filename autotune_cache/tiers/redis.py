@@ -28,13 +28,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf import message
 
 from autotune_cache.errors import FlagError
+from autotune_cache.foundation.budget import REMOTE_TIME_BUDGET_S, TimeBudget
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.lease import renewed_lease
 from autotune_cache.foundation.limits import (
@@ -58,8 +58,8 @@ MAX_REPLY_BYTES = MAX_REMOTE_VALUE_BYTES + 64 * 1024
 # The tuning lock's lease: a live holder renews it every third of this; a killed one's runs out.
 LOCK_LEASE_S = 10.0
 # The most one process waits on the remote tier's lookups and uploads (the tuning lock's waits
-# for a peer are not counted) before giving the server up; a healthy server answers in ms.
-TIME_BUDGET_S = 10.0
+# for a peer are not counted) before giving the server up (foundation/budget.py).
+TIME_BUDGET_S = REMOTE_TIME_BUDGET_S
 _DIGEST = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -172,7 +172,7 @@ class RedisTier:
         self._not_redis = (NotRedisError, redis.exceptions.InvalidResponse)
         self.available = True
         self._large_indexes: set[str] = set()
-        self.spent_s = 0.0  # waiting for the server, against TIME_BUDGET_S
+        self._budget = TimeBudget(TIME_BUDGET_S)  # waiting for the server
 
     def __repr__(self) -> str:
         return f"RedisTier({self.url!r}, writable={self.writable})"
@@ -194,20 +194,22 @@ class RedisTier:
                         redact(str(error)))
         self.available = False
 
+    @property
+    def spent_s(self) -> float:
+        """Seconds this process has waited for the server (its lookups and uploads)."""
+        return self._budget.spent_s
+
     @contextlib.contextmanager
     def _timed(self) -> Iterator[None]:
-        """Count the time spent waiting for the server; past TIME_BUDGET_S, give it up."""
-        start = time.monotonic()
+        """Count the time spent waiting for the server; past the budget, give it up."""
         try:
-            yield
+            with self._budget.timed():
+                yield
         finally:
-            self.spent_s += time.monotonic() - start
-            if self.available and self.spent_s > TIME_BUDGET_S:
+            if self.available and self._budget.spent:
                 self.available = False
-                log.warning("autotune_cache: remote cache %s is too slow: this process waited "
-                            "%.1f s for it (the budget is %.0f s per process); continuing "
-                            "without it for this process", self.url, self.spent_s,
-                            TIME_BUDGET_S)
+                log.warning(self._budget.warning(f"remote cache {self.url}",
+                                                 "continuing without it for this process"))
 
     def _decode(self, data: bytes, where: str) -> tuple[CacheKey, pb.Entry] | None:
         """The (key, entry) in a value, or None after a warning when it is not one of ours."""

@@ -137,7 +137,7 @@ class Route:
     def _library_choice(self, owner: Any, memo: tuple) -> None:
         if memo not in self._library_keys:
             self._library_keys.add(memo)
-            get_cache().stats.library_config(qualified_name(owner.fn))
+            get_cache().stats.library_config()
 
 
 def _route_of(tuner: Any) -> Route | None:

@@ -20,17 +20,19 @@ the first machine compiles it and uploads the binaries, every later sandbox down
   value whose tag does not verify is never used (Triton compiles locally) and is counted in one
   warning. The flag refuses to start without the key (docs/security.md).
 - `--autotune_cache_mode=read` reads the server and never uploads to it.
-- A slow server is given up after TIME_BUDGET_S of waiting in this process, with one warning.
+- A slow server is given up after its time budget (foundation/budget.py) of waiting in this
+  process, with one warning.
 (docs/decisions/0011-remote-compile-cache.md)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
 import threading
-import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -40,6 +42,7 @@ except ImportError:  # a Triton without a remote cache: the flag then has nothin
 
 from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
+from autotune_cache.foundation.budget import TimeBudget
 from autotune_cache.foundation.redact import redact
 
 if TYPE_CHECKING:
@@ -55,7 +58,7 @@ NAMESPACE = "autotune_cache:v1:triton"
 # A compiled kernel (cubin, PTX, IR, metadata) is well under this; larger values are not ours.
 MAX_VALUE_BYTES = 64 * 1024 * 1024
 TIMEOUT_S = 2.0
-TIME_BUDGET_S = 10.0  # waiting for the server, per process, before giving it up
+
 TAG_PREFIX = b"autotune_cache-hmac-sha256:"  # then the 32-byte tag, then the file's bytes
 TAG_BYTES = 32
 MIN_KEY_BYTES = 32
@@ -66,7 +69,7 @@ _client: Any = None
 _errors: tuple[type[BaseException], ...] = ()
 _available = True
 _read_only = False
-_spent_s = 0.0
+_budget = TimeBudget()  # waiting for the server, per process (foundation/budget.py)
 _rejected = 0
 
 
@@ -202,15 +205,18 @@ def _down(error: BaseException) -> None:
                     "compiling locally", redact(str(_url)), redact(str(error)))
 
 
-def _spend(start: float) -> None:
-    """Count time spent waiting for the server; past TIME_BUDGET_S, give it up (one warning)."""
-    global _spent_s, _available
-    _spent_s += time.monotonic() - start
-    if _available and _spent_s > TIME_BUDGET_S:
-        _available = False
-        log.warning("autotune_cache: the remote compile cache on %s is too slow: this process "
-                    "waited %.1f s for it (the budget is %.0f s per process); compiling locally",
-                    redact(str(_url)), _spent_s, TIME_BUDGET_S)
+@contextlib.contextmanager
+def _timed() -> Iterator[None]:
+    """Count the time spent waiting for the server; past the budget, give it up (one warning)."""
+    global _available
+    try:
+        with _budget.timed():
+            yield
+    finally:
+        if _available and _budget.spent:
+            _available = False
+            log.warning(_budget.warning(f"the remote compile cache on {redact(str(_url))}",
+                                        "compiling locally"))
 
 
 def _reject(names: list[str]) -> None:
@@ -245,25 +251,23 @@ class RedisCompileBackend(RemoteCacheBackend):
             return {}
         names = [self._name(f) for f in filenames]
         limit = MAX_VALUE_BYTES + len(TAG_PREFIX) + TAG_BYTES
-        start = time.monotonic()
         try:
-            pipe = self._client.pipeline(transaction=False)
-            for name in names:
-                pipe.strlen(name)
-            sizes = pipe.execute(raise_on_error=False)
-            fits = [(f, name) for f, name, size in zip(filenames, names, sizes, strict=True)
-                    if type(size) is int and 0 < size <= limit]
-            if not fits:
-                return {}
-            pipe = self._client.pipeline(transaction=False)
-            for _, name in fits:
-                pipe.getrange(name, 0, limit - 1)
-            values = pipe.execute(raise_on_error=False)
+            with _timed():
+                pipe = self._client.pipeline(transaction=False)
+                for name in names:
+                    pipe.strlen(name)
+                sizes = pipe.execute(raise_on_error=False)
+                fits = [(f, name) for f, name, size in zip(filenames, names, sizes, strict=True)
+                        if type(size) is int and 0 < size <= limit]
+                if not fits:
+                    return {}
+                pipe = self._client.pipeline(transaction=False)
+                for _, name in fits:
+                    pipe.getrange(name, 0, limit - 1)
+                values = pipe.execute(raise_on_error=False)
         except _errors as e:
             _down(e)
             return {}
-        finally:
-            _spend(start)
         key = _secret()
         found, rejected = {}, []
         for (f, name), value in zip(fits, values, strict=True):
@@ -284,10 +288,8 @@ class RedisCompileBackend(RemoteCacheBackend):
                 or len(data) > MAX_VALUE_BYTES):
             return
         name = self._name(filename)
-        start = time.monotonic()
         try:
-            self._client.set(name, seal(name, data, _secret()))
+            with _timed():
+                self._client.set(name, seal(name, data, _secret()))
         except _errors as e:
             _down(e)
-        finally:
-            _spend(start)

@@ -230,8 +230,7 @@ def install() -> list[Unrouted]:
                 if previous is TRITON_AUTOTUNE:
                     module.autotune = routed_autotune  # type: ignore[attr-defined]
                     _patched.append((module, previous))
-            classroute.patch()
-            classroute.set_capturing(True)
+            classroute.set_capturing(True)  # Triton's class is patched at the package's import
             log.debug("autotune_cache: triton.autotune routed through the cache in %s",
                       ", ".join(m.__name__ for m, _ in _patched))
         return check_unrouted(stacklevel=3)

@@ -18,6 +18,7 @@ import pytest
 from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
+from autotune_cache.foundation.budget import TimeBudget
 from autotune_cache.triton import remote_compile
 from tests.core.test_tiers_redis import free_port, redis_server
 
@@ -45,7 +46,7 @@ def triton_env(monkeypatch):
     monkeypatch.setattr(remote_compile, "_client", None)
     monkeypatch.setattr(remote_compile, "_available", True)
     monkeypatch.setattr(remote_compile, "_read_only", False)
-    monkeypatch.setattr(remote_compile, "_spent_s", 0.0)
+    monkeypatch.setattr(remote_compile, "_budget", TimeBudget())
     monkeypatch.setattr(remote_compile, "_rejected", 0)
     monkeypatch.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", FLEET_KEY)
     return monkeypatch
