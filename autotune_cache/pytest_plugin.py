@@ -31,6 +31,7 @@ from autotune_cache.config.flags import (
     MACRO_ENV_VAR,
 )
 from autotune_cache.foundation import env as autotune_env
+from autotune_cache.foundation.urls import docs_url
 from autotune_cache.pytest.options import (
     OPTIONS,
     Option,
@@ -74,7 +75,8 @@ def active(config: pytest.Config) -> bool:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("autotune_cache", "autotune results cache (see docs/pytest.md)")
+    group = parser.getgroup("autotune_cache",
+                           f"autotune results cache (docs: {docs_url('pytest.md')})")
     for o in OPTIONS:
         if o.metavar is None:
             group.addoption(o.name, action="store_true", dest=o.dest, default=False, help=o.help)

@@ -11,6 +11,7 @@ from pathlib import Path
 from autotune_cache.errors import FlagError, PathPrefixError
 from autotune_cache.foundation import env as environment
 from autotune_cache.foundation.redact import redact
+from autotune_cache.foundation.urls import docs_url
 
 ENV_VAR = environment.AUTOTUNE_FLAGS
 MACRO_ENV_VAR = environment.RULES_AUTOTUNE_MACRO_FLAGS
@@ -239,7 +240,7 @@ FLAGS: tuple[_Flag, ...] = (
           "at the end of the run, so every key's compiles overlap (default true; `false` tunes "
           "each miss at its launch) ([triton.md](triton.md#deferred-tuning-in-a-dump-run))"),
     _Flag("autotune_all_kernels", "all_kernels",
-          "[=true|false]  route every triton.autotune through the cache (docs/triton.md)",
+          "[=true|false]  route every triton.autotune through the cache",
           lambda f, v, env: _parse_bool(f, v),
           "--autotune_all_kernels",
           "route every `triton.autotune` (third-party libraries' kernels) through the cache, "
@@ -254,6 +255,7 @@ def valid_flags_text() -> str:
     """The list of valid flags, for error messages."""
     lines = [f"Valid {ENV_VAR} flags:"]
     lines += [f"  {f.syntax}  {f.help.split('  ', 1)[1]}" for f in FLAGS]
+    lines.append(f"Docs: {docs_url('reference.md#flags')}")
     return "\n".join(lines)
 
 
