@@ -1,6 +1,7 @@
 """The package a team pins: the sdist and wheel build, pass `twine check`, hold what the docs
-promise, install into a fresh virtualenv where the pytest quickstart runs, and type-check
-under `mypy --strict`. One version number in three places.
+promise, name the project's home (Project-URLs, and help text that links to this version's
+docs), install into a fresh virtualenv where the pytest quickstart runs, and type-check under
+`mypy --strict`. One version number in three places. The release script: test_release.py.
 
 The wheel is built from the sdist (`python -m build`'s default), so a file missing from the
 sdist fails here, not on a user's `pip install autotune_cache-X.tar.gz`."""
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import autotune_cache
+from autotune_cache.foundation.urls import HOMEPAGE, docs_url
 from tests.docs.test_doc_snippets import plugin_env, run, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +95,33 @@ def test_the_wheel_holds_what_the_docs_promise(dist):
     assert "the results cache (`docs/cache.md`)" in description
 
 
+def test_the_wheel_names_the_project_home(dist):
+    """An index shows Project-URLs as the package's links; they name the home the code's help
+    text links into (foundation/urls.py)."""
+    _, wheel = dist
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = whl.read(f"autotune_cache-{autotune_cache.__version__}.dist-info/METADATA")
+    urls = dict(re.findall(r"^Project-URL: ([^,]+), (\S+)$", metadata.decode(), re.M))
+    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues", "Source"}, urls
+    assert urls["Homepage"] == HOMEPAGE
+    assert all(url.startswith(HOMEPAGE) for url in urls.values()), urls
+
+
+def test_help_text_links_to_pages_of_this_version(tmp_path):
+    """docs/ is not in the wheel: help text and messages link to the version's docs online, and
+    every page they name exists."""
+    pages = {m[1] for src in ROOT.joinpath("autotune_cache").rglob("*.py")
+             for m in re.finditer(r"docs_url\([\"']([^\"'#]+)", src.read_text(encoding="utf-8"))}
+    assert pages, "no docs_url() call found"
+    assert not [p for p in pages if not (ROOT / "docs" / p).is_file()], pages
+    assert docs_url("pytest.md") == \
+        f"{HOMEPAGE}/blob/v{autotune_cache.__version__}/docs/pytest.md"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=tmp_path, env=plugin_env())
+    assert proc.returncode == 0, proc.stderr
+    assert f"autotune results cache (docs: {docs_url('pytest.md')})" in proc.stdout
+
+
 def test_the_sdist_carries_the_docs_the_description_names(dist):
     import tarfile
 
@@ -131,7 +160,7 @@ def fresh_venv(dist, tmp_path_factory) -> Path:
     wheel, as docs/quickstart-pytest.md tells a reader without a GPU), installed without
     byte-compiling: compiling every module of torch is most of the install's CPU time."""
     _, wheel = dist
-    install = re.search(r"^pip install 'autotune_cache\[([\w,]+)\]'",
+    install = re.search(r'^pip install "autotune_cache\[([\w,]+)\] @ git\+',
                         (ROOT / "docs" / "quickstart-pytest.md").read_text(), re.M)
     assert install, "docs/quickstart-pytest.md lost its install line"
     where = tmp_path_factory.mktemp("venv") / "v"
