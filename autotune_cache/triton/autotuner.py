@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from triton.runtime.autotuner import Autotuner as _TritonAutotuner
@@ -24,58 +23,47 @@ from autotune_cache.cache import get_cache
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.tuning import Resolved, config_text
+from autotune_cache.store.tuning import Resolved
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import deferred, preload, remote_compile, warmups
+from autotune_cache.triton import deferred, preload, process, remote_compile, scheduler, warmups
 from autotune_cache.triton.configs import (
-    config_from_proto,
     config_to_proto,
     configs_fingerprint,
     describe_config,
     has_extras,
-    match_text,
+    match_candidates,
+    winning_candidate,
 )
 from autotune_cache.triton.device import current_device, interpreter_active, toolchain
 from autotune_cache.triton.fingerprint import heuristics_fingerprint, source_fingerprint
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.problem import problem_key, triton_style_key
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+from autotune_cache.triton.scheduler import Priority
 from autotune_cache.triton.tune import ConflictingMetaParametersError, KernelTuning
 
-# AllConfigsFailedError (raised by the cache: errors.py) and ConflictingMetaParametersError
-# (tune.py) are importable from here too.
+# AllConfigsFailedError (raised by the cache: errors.py), ConflictingMetaParametersError
+# (tune.py) and match_candidates (configs.py) are importable from here too.
 __all__ = ["AllConfigsFailedError", "Autotuner", "ConflictingMetaParametersError", "autotune",
            "match_candidates"]
 
 log = logging.getLogger(__name__)
 
-_cache_results_logged = False
+class _Said:
+    """What this process has said once (process.py)."""
+
+    def __init__(self) -> None:
+        self.cache_results = False
 
 
 def _log_cache_results_superseded() -> None:
     """Say once per process, at debug level, that Triton's own results cache is not used."""
-    global _cache_results_logged
-    if not _cache_results_logged:
-        _cache_results_logged = True
+    said = process.current().part(_Said)
+    if not said.cache_results:
+        said.cache_results = True
         log.debug("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) is "
                   "superseded: tuning results are cached through AUTOTUNE_FLAGS, not in "
                   "Triton's compile cache (see docs/triton.md)")
-
-
-def match_candidates(entry: pb.Entry, configs: Sequence[Any]) -> list[tuple[Any, pb.Timing]]:
-    """(candidate, its recorded Timing) pairs. A recorded Config holds only meta-parameters and
-    launch options, so candidates are matched on those (match_text); each recorded timing goes to
-    the first candidate with that text not matched yet, so candidates that differ only in their
-    pre_hook or ir_override pair up with their timings in candidate order."""
-    free: dict[str, list[Any]] = {}
-    for config in configs:
-        free.setdefault(match_text(config), []).append(config)
-    pairs = []
-    for timing in entry.result.candidates:
-        waiting = free.get(config_text(timing.config))
-        if waiting:
-            pairs.append((waiting.pop(0), timing))
-    return pairs
 
 
 class Autotuner(_TritonAutotuner):
@@ -118,9 +106,6 @@ class Autotuner(_TritonAutotuner):
         self._launch_kwargs_cache: dict[int, tuple[Any, dict[str, Any]]] = {}
         # Triton's specialization data of each candidate's last compile here, by match_text.
         self.compiled_specializations: dict[str, str] = {}
-        # Background compiles of loaded winners, by key digest (see preload.py); None until
-        # they are started (at this kernel's first launch, or ahead of it).
-        self._preloads: dict[str, preload.Preload] | None = None
         # Triton-style memos launched with a provisional config while their tuning is deferred
         # to the end of the dump run (deferred.py); they stay off the hit path.
         self._provisional: set[tuple] = set()
@@ -139,6 +124,11 @@ class Autotuner(_TritonAutotuner):
         if self._source_fingerprint is None:
             self._source_fingerprint = self.fresh_source_fingerprint()
         return self._source_fingerprint
+
+    def source_fingerprint_now(self) -> str:
+        """The key's source fingerprint once computed, else one computed now and not kept (the
+        compile-ahead's, before the first launch: preload.py)."""
+        return self._source_fingerprint or self.fresh_source_fingerprint()
 
     def fresh_source_fingerprint(self) -> str:
         """The source fingerprint computed now, not kept: the key's is computed at the first
@@ -240,11 +230,9 @@ class Autotuner(_TritonAutotuner):
 
     def _await_preload(self, key: CacheKey) -> None:
         """Wait for the background compile of this key's winner, if one was started (or run it
-        here if no pool thread has yet), so the launch that follows finds it instead of
-        compiling it a second time."""
-        found = (self._preloads or {}).get(key.digest())
-        if found is not None:
-            found.wait()
+        here if no worker has yet), so the launch that follows finds it instead of compiling it
+        a second time."""
+        preload.wait((preload.started(self) or {}).get(key.digest()))
 
     def _notify_listener(self, memo: tuple, config: Any, tuned: bool) -> None:
         """Call Triton's `knobs.autotuning.listener` (Triton >= 3.7) as its autotuner does,
@@ -263,8 +251,9 @@ class Autotuner(_TritonAutotuner):
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every (pruned) candidate ahead of time, as triton's Autotuner.warmup does, but
-        on --autotune_compile_workers threads and with the launch keywords every other launch
-        uses (launch.py), so the launches find these kernels; returns the compiled kernels."""
+        on the compile scheduler's --autotune_compile_workers threads (scheduler.py) and with
+        the launch keywords every other launch uses (launch.py), so the launches find these
+        kernels; returns the compiled kernels."""
         import triton
 
         def compile_all() -> list[Any]:
@@ -279,8 +268,7 @@ class Autotuner(_TritonAutotuner):
         workers = get_cache().settings.compile_workers
         if async_mode is None or workers <= 1 or interpreter_active():
             return compile_all()
-        with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool, \
-                async_mode(pool):
+        with async_mode(scheduler.scheduler(workers).lane(Priority.CANDIDATE, {})):
             kernels = compile_all()
         return [k.result() if hasattr(k, "result") else k for k in kernels]
 
@@ -301,11 +289,11 @@ class Autotuner(_TritonAutotuner):
             self.configs_timings = {}
             return pruned[0], False
         key = self.cache_key(pruned, all_args)
-        if self._preloads is None:  # once per tuner, at its first launch of a new problem
+        if preload.started(self) is None:  # once per tuner, at its first launch of a new problem
             if interpreter_active():
-                self._preloads = {}
+                preload.not_preloading(self)
             else:
-                self._preloads = preload.first_launch(self, key, cache)
+                preload.first_launch(self, key, cache)
                 warmups.start(cache)  # plain @triton.jit specializations, if loaded
         tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
         memo = triton_style_key(self.arg_names, self.keys, all_args)
@@ -342,7 +330,7 @@ class Autotuner(_TritonAutotuner):
         if resolved.winner is None:
             if key is not None:
                 self._await_preload(key)
-            return self._winner(entry, pairs), False
+            return winning_candidate(entry, pairs), False
         best = pruned[resolved.winner]
         if tuning.measured:  # as Triton does after benchmarking, with the winner's meta-parameters
             self.pre_hook(self.full_nargs(best, kwargs), reset_only=True)
@@ -360,22 +348,6 @@ class Autotuner(_TritonAutotuner):
         self.cache[memo] = best  # later launches of the key (if any) launch the winner
         self._provisional.discard(memo)
         self._notify_listener(memo, best, tuned)
-
-    @staticmethod
-    def _winner(entry: pb.Entry, pairs: Sequence[tuple[Any, pb.Timing]]) -> Any:
-        """The candidate object that won (so its pre_hook and ir_override run at launch).
-
-        Among candidates with the winner's parameters it is the one whose recorded time is the
-        winning time; a rebuilt config is only a fallback for an entry that matches no candidate
-        (which a hit, keyed by the candidate list, never is)."""
-        wanted = config_text(entry.result.config)
-        same = [(c, t) for c, t in pairs if config_text(t.config) == wanted]
-        for config, timing in same:
-            if not timing.failure and timing.time_ms == entry.result.time_ms:
-                return config
-        if same:
-            return same[0][0]
-        return config_from_proto(entry.result.config)
 
 
 def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any] | None = None,

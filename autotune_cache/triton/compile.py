@@ -1,16 +1,18 @@
 """Compile candidate configs in parallel, costliest first, before any of them is benchmarked.
 
-Every candidate is compiled up front on a thread pool through Triton's own `AsyncCompileMode`:
-`JITFunction.run(..., warmup=True)` specialises the kernel for the real arguments and the
-config's constexprs / num_warps / num_stages, hands the compile to the pool and returns a
-future; nothing is launched. Compiled kernels land in the JITFunction's in-memory cache and in
-TRITON_CACHE_DIR, so the benchmark launches that follow start immediately.
+Every candidate is compiled up front through Triton's own `AsyncCompileMode`, on the process's
+compile scheduler (scheduler.py, at CANDIDATE priority): `JITFunction.run(..., warmup=True)`
+specialises the kernel for the real arguments and the config's constexprs / num_warps / num_stages,
+hands the compile to the scheduler and returns a future; nothing is launched. The tuning thread,
+waiting for them, compiles itself any candidate no worker has started yet. Compiled kernels land in
+the JITFunction's in-memory cache and in TRITON_CACHE_DIR, so the benchmark launches that follow
+start immediately.
 
 Candidates are started in order of their estimated compile cost, largest first
 (`compile_cost`): a key's compiles cannot end before the slowest one does, so that one starts at
 once instead of behind a queue of quick ones. The order changes when a compile starts, never
-what is compiled. Each compile is timed on its pool thread, so a tuning can say which candidate
-held it up.
+what is compiled. Each compile is timed on the thread that runs it, so a tuning can say which
+candidate held it up.
 
 A candidate's hooks (`prepare(config)`, its `pre_hook`) run on the calling thread right before
 that candidate is specialised, one candidate at a time, as Triton runs them before a candidate's
@@ -27,12 +29,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune_cache.triton import process, scheduler
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+from autotune_cache.triton.scheduler import Lane, Priority
 
 # Longest failure reason we record, so one ptxas dump cannot bloat a results file.
 MAX_REASON_CHARS = 500
@@ -234,28 +237,6 @@ class Compiles:
         return index, self.seconds[index]
 
 
-class _TimedExecutor(Executor):
-    """The pool as AsyncCompileMode sees it: each compile it submits is timed on its thread and
-    filed under the candidate being specialised when it was submitted."""
-
-    def __init__(self, pool: ThreadPoolExecutor, seconds: dict[int, float]) -> None:
-        self.pool = pool
-        self.seconds = seconds
-        self.current = -1
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        index, seconds = self.current, self.seconds  # as they are now, at submission
-
-        def timed() -> Any:
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                seconds[index] = time.perf_counter() - started
-
-        return self.pool.submit(timed)
-
-
 def _specialise(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], config: Any,
                 prepare: Prepare | None) -> Any:
     """Run `prepare(config)`, then specialise `kernel` for `config` and start its compile (a
@@ -317,19 +298,18 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
                 specialise(i)
                 compiles.seconds[i] = time.perf_counter() - began
     else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="autotune-compile") as pool:
-            timed = _TimedExecutor(pool, compiles.seconds)
-            with async_mode(timed, ignore_errors=True):
-                futures = {}
-                with recording_specializations(compiles.specs) as now:
-                    for i in order:
-                        now(i)
-                        timed.current = i
-                        futures[i] = specialise(i)
-                for i, future in futures.items():
-                    reason = _finish(future)
-                    if reason is not None:
-                        compiles.failures[i] = reason
+        lane = scheduler.scheduler(workers).lane(Priority.CANDIDATE, compiles.seconds)
+        with async_mode(lane, ignore_errors=True):
+            futures = {}
+            with recording_specializations(compiles.specs) as now:
+                for i in order:
+                    now(i)
+                    lane.current = i
+                    futures[i] = specialise(i)
+            for i, future in futures.items():  # one no worker has started runs here
+                reason = _finish(future)
+                if reason is not None:
+                    compiles.failures[i] = reason
     compiles.wall = time.perf_counter() - started
     return compiles
 
@@ -365,62 +345,71 @@ class Queued:
         return compiles
 
 
-class CompileQueue:
-    """A process-wide compile pool that tunings hand their candidates to without waiting
-    (triton/deferred.py), so the compiles of every key of a run overlap.
+class _QueueMode:
+    """The process's one `AsyncCompileMode` for queued candidates (see queue_candidates): it
+    starts one compile per distinct kernel binary however many keys ask for it. It is made
+    current only while a tuning hands its candidates over (Triton's `AsyncCompileMode` would
+    wait for every compile when its `with` block ends)."""
 
-    One `AsyncCompileMode` lives as long as the queue: it is made current only while a tuning
-    hands its candidates over (Triton's `AsyncCompileMode` would wait for every compile when its
-    `with` block ends), and it starts one compile per distinct kernel binary however many keys
-    ask for it. None of this exists on a Triton without `AsyncCompileMode` (see available)."""
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.mode: Any = None
+        self.lane: Lane | None = None
 
-    def __init__(self, workers: int) -> None:
+    def reset(self) -> None:
+        """Forget the compiles handed over so far (the deferred keys were all tuned)."""
+        with self.lock:
+            self.mode = self.lane = None
+
+
+def can_queue() -> bool:
+    """Whether this Triton has what queue_candidates needs (AsyncCompileMode and its context
+    variable, Triton >= 3.4)."""
+    try:
         import triton
         from triton.runtime import _async_compile
+    except ImportError:
+        return False
+    return hasattr(triton, "AsyncCompileMode") and hasattr(_async_compile, "active_mode")
 
-        self._active = _async_compile.active_mode
-        self.pool = ThreadPoolExecutor(max(1, workers),
-                                       thread_name_prefix="autotune-compile-queued")
-        self._timed = _TimedExecutor(self.pool, {})
-        self._mode = triton.AsyncCompileMode(self._timed, ignore_errors=True)
-        self._lock = threading.Lock()
 
-    @staticmethod
-    def available() -> bool:
-        """Whether this Triton has what the queue needs (AsyncCompileMode and its context
-        variable, Triton >= 3.4)."""
+def queue_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     configs: Sequence[Any], workers: int, prepare: Prepare | None = None,
+                     skip: Sequence[int] = ()) -> Queued:
+    """Specialise each config of `configs` (but those in `skip`) on this thread, costliest
+    first, running `prepare(config)` right before, and queue its compile on the process's
+    scheduler (`workers` threads) without waiting (triton/deferred.py: the compiles of every
+    key of a run overlap); returns at once."""
+    import triton
+    from triton.runtime import _async_compile
+
+    state = process.current().part(_QueueMode)
+    queued = Queued()
+    order = sorted((i for i in range(len(configs)) if i not in skip),
+                   key=lambda i: -compile_cost(configs[i]))
+    pool = scheduler.scheduler(workers)
+    with state.lock, recording_specializations(queued.specs) as now:
+        if state.mode is None or state.lane is None:
+            state.lane = pool.lane(Priority.CANDIDATE, {})
+            state.mode = triton.AsyncCompileMode(state.lane, ignore_errors=True)
+        lane = state.lane
+        lane.seconds = queued.seconds
+        token = _async_compile.active_mode.set(state.mode)
         try:
-            import triton
-            from triton.runtime import _async_compile
-        except ImportError:
-            return False
-        return (hasattr(triton, "AsyncCompileMode")
-                and hasattr(_async_compile, "active_mode"))
+            for i in order:
+                now(i)
+                lane.current = i
+                try:
+                    queued.kernels[i] = _specialise(kernel, args, kwargs, configs[i], prepare)
+                except Exception as e:  # any hook or compile error fails only this config
+                    queued.failures[i] = failure_reason(e)
+        finally:
+            _async_compile.active_mode.reset(token)
+    return queued
 
-    def add(self, kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-            configs: Sequence[Any], prepare: Prepare | None = None,
-            skip: Sequence[int] = ()) -> Queued:
-        """Specialise each config of `configs` (but those in `skip`) on this thread, costliest
-        first, running `prepare(config)` right before, and queue its compile; returns at once.
-        Called from one thread at a time per queue (the lock says so)."""
-        queued = Queued()
-        order = sorted((i for i in range(len(configs)) if i not in skip),
-                       key=lambda i: -compile_cost(configs[i]))
-        with self._lock, recording_specializations(queued.specs) as now:
-            self._timed.seconds = queued.seconds
-            token = self._active.set(self._mode)
-            try:
-                for i in order:
-                    now(i)
-                    self._timed.current = i
-                    try:
-                        queued.kernels[i] = _specialise(kernel, args, kwargs, configs[i], prepare)
-                    except Exception as e:  # any hook or compile error fails only this config
-                        queued.failures[i] = failure_reason(e)
-            finally:
-                self._active.reset(token)
-        return queued
 
-    def close(self) -> None:
-        """Let the running compiles end and stop the pool's threads."""
-        self.pool.shutdown(wait=True)
+def forget_queued() -> None:
+    """Drop the process's queued-candidates mode (and the compiled kernels it holds)."""
+    found = process.current().existing(_QueueMode)
+    if found is not None:
+        found.reset()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -88,3 +88,35 @@ def config_from_proto(msg: pb.Config) -> Any:
 def describe_config(config: Any) -> str:
     """Short human text of a triton.Config for progress lines and messages."""
     return canonical_config(config).replace(",", " ")
+
+
+def match_candidates(entry: pb.Entry, configs: Sequence[Any]) -> list[tuple[Any, pb.Timing]]:
+    """(candidate, its recorded Timing) pairs. A recorded Config holds only meta-parameters and
+    launch options, so candidates are matched on those (match_text); each recorded timing goes to
+    the first candidate with that text not matched yet, so candidates that differ only in their
+    pre_hook or ir_override pair up with their timings in candidate order."""
+    free: dict[str, list[Any]] = {}
+    for config in configs:
+        free.setdefault(match_text(config), []).append(config)
+    pairs = []
+    for timing in entry.result.candidates:
+        waiting = free.get(config_text(timing.config))
+        if waiting:
+            pairs.append((waiting.pop(0), timing))
+    return pairs
+
+
+def winning_candidate(entry: pb.Entry, pairs: Sequence[tuple[Any, pb.Timing]]) -> Any:
+    """The candidate object that won (so its pre_hook and ir_override run at launch).
+
+    Among candidates with the winner's parameters it is the one whose recorded time is the
+    winning time; a rebuilt config is only a fallback for an entry that matches no candidate
+    (which a hit, keyed by the candidate list, never is)."""
+    wanted = config_text(entry.result.config)
+    same = [(c, t) for c, t in pairs if config_text(t.config) == wanted]
+    for config, timing in same:
+        if not timing.failure and timing.time_ms == entry.result.time_ms:
+            return config
+    if same:
+        return same[0][0]
+    return config_from_proto(entry.result.config)

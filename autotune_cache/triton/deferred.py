@@ -11,8 +11,9 @@ tuning protocol to `defer`):
    rebuilt on the clone with its own size, strides and offset, so it specialises as the original
    (same dtype, same alignment) and tensors that shared storage still do. Plain values are kept.
 2. Every candidate but one is specialised for the snapshot on this thread (its hooks run on the
-   snapshot) and its compile is queued on one process-wide pool (compile.CompileQueue), the
-   costliest first. The compiles of all the run's keys now overlap.
+   snapshot) and its compile is queued on the process's compile scheduler (compile.py
+   queue_candidates; scheduler.py), the costliest first. The compiles of all the run's keys
+   now overlap.
 3. The launch goes on with a provisional candidate: the cheapest to compile (compile.compile_cost),
    compiled here, loaded (which surfaces out-of-resources); if it fails, the next cheapest. It is
    one of the kernel's own candidates, so it computes what the kernel computes, which is
@@ -34,34 +35,36 @@ deferred keys together).
 
 The cost, said in docs/triton.md: until the end, the kernel object reports the provisional
 config as `best_config`; a dump run killed before its end records none of its deferred keys.
-A forked child forgets the parent's deferred keys (the parent tunes them).
+A forked child forgets the parent's deferred keys (the parent tunes them): they are per-process
+state (process.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.triton import process
 from autotune_cache.triton.compile import (
-    CompileQueue,
     Queued,
+    can_queue,
     candidate_kwargs,
     compile_cost,
+    forget_queued,
+    queue_candidates,
     recording_specializations,
 )
 from autotune_cache.triton.device import interpreter_active
+from autotune_cache.triton.tune import KernelTuning, Tuner
 
 if TYPE_CHECKING:
     from autotune_cache.cache import Cache
     from autotune_cache.store.tuning import Resolved
-    from autotune_cache.triton.autotuner import Autotuner
-    from autotune_cache.triton.tune import KernelTuning
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +78,18 @@ FREE_MEMORY_SHARE = 0.25
 HOT_LAUNCHES = 32
 
 
+class DeferringTuner(Tuner, Protocol):
+    """What this module needs of the autotuner (autotuner.py), besides what tuning does."""
+
+    def adopt_deferred(self, resolved: Resolved, tuning: KernelTuning, memo: tuple) -> None: ...
+
+
 @dataclass
 class _Pending:
     """One deferred key: its tuner, tuning (holding the candidates, the snapshot and the queued
     compiles), the rest of the protocol (`finish`) and the Triton-style memo of the launch."""
 
-    tuner: Autotuner
+    tuner: DeferringTuner
     tuning: KernelTuning
     finish: Callable[[], Resolved]
     memo: tuple
@@ -88,10 +97,17 @@ class _Pending:
     launches: int = 1
 
 
-_lock = threading.Lock()
-_pending: list[_Pending] = []
-_held_bytes = 0
-_queue: CompileQueue | None = None
+class _Deferred:
+    """The process's deferred keys and the bytes their snapshots hold (process.py)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: list[_Pending] = []
+        self.held_bytes = 0
+
+
+def _state() -> _Deferred:
+    return process.current().part(_Deferred)
 
 
 def applies(cache: Cache, tuning: KernelTuning) -> bool:
@@ -103,27 +119,26 @@ def applies(cache: Cache, tuning: KernelTuning) -> bool:
 
 
 def _compiles_to_overlap(tuning: KernelTuning) -> bool:
-    return (tuning.benchmark.method != "fake" and not interpreter_active()
-            and CompileQueue.available())
+    return tuning.benchmark.method != "fake" and not interpreter_active() and can_queue()
 
 
-def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable[[], Resolved],
-          memo: tuple) -> Any | None:
+def defer(cache: Cache, tuner: DeferringTuner, tuning: KernelTuning,
+          finish: Callable[[], Resolved], memo: tuple) -> Any | None:
     """Take over a miss of `tuning` (built for the launch's arguments; see the module
     docstring): returns the provisional config to launch, or None when this key must be tuned
     now (an argument that cannot be snapshotted, or no memory budget left)."""
-    global _held_bytes
+    state = _state()
     args, kwargs = tuning.args, tuning.kwargs
     storages = _storages([*args, *(v for k, v in kwargs.items() if k != "grid")])
     if storages is None:
         return None
     nbytes = sum(s.nbytes() for s in storages.values())
-    with _lock:
-        if _held_bytes + nbytes > _budget(storages):
+    with state.lock:
+        if state.held_bytes + nbytes > _budget(storages, state.held_bytes):
             log.info("autotune_cache: %s is tuned at its launch: the snapshots of the deferred "
                      "tunings would pass their memory budget", tuner.kernel_name)
             return None
-        _held_bytes += nbytes
+        state.held_bytes += nbytes
     try:
         clones = {ptr: storage.clone() for ptr, storage in storages.items()}
         snap_args = tuple(_rebuilt(v, clones) for v in args)
@@ -136,38 +151,39 @@ def defer(cache: Cache, tuner: Autotuner, tuning: KernelTuning, finish: Callable
             provisional = configs[order[0]]
         else:
             with arguments_of(tuner, snap_args):
-                queued = _compile_queue(cache).add(tuner.fn, snap_args, snap_kwargs, configs,
-                                                   prepare=tuning.prepare(), skip=order[:1])
+                queued = queue_candidates(tuner.fn, snap_args, snap_kwargs, configs,
+                                          cache.settings.compile_workers,
+                                          prepare=tuning.prepare(), skip=order[:1])
             provisional = _provisional(tuner, configs, order, args, kwargs, queued)
         tuning.queued = queued
     except BaseException:
-        with _lock:
-            _held_bytes -= nbytes
+        with state.lock:
+            state.held_bytes -= nbytes
         raise
-    with _lock:
-        _pending.append(_Pending(tuner, tuning, finish, memo, nbytes))
+    with state.lock:
+        state.pending.append(_Pending(tuner, tuning, finish, memo, nbytes))
     cache.before_final_dump(finish_all)
     return provisional
 
 
-def launched_again(tuner: Autotuner, memo: tuple) -> Any | None:
+def launched_again(tuner: DeferringTuner, memo: tuple) -> Any | None:
     """Count another launch of a deferred key; at HOT_LAUNCHES, tune it now (waiting for its
     queued compiles) and return the winner; otherwise None (the provisional config stays)."""
-    global _held_bytes
-    with _lock:
-        found = next((p for p in _pending if p.tuner is tuner and p.memo == memo), None)
+    state = _state()
+    with state.lock:
+        found = next((p for p in state.pending if p.tuner is tuner and p.memo == memo), None)
         if found is None:
             return None
         found.launches += 1
         if found.launches < HOT_LAUNCHES:
             return None
-        _pending.remove(found)
+        state.pending.remove(found)
     try:
         _await_compiles(found)
         _tune(found)
     finally:
-        with _lock:
-            _held_bytes -= found.nbytes
+        with state.lock:
+            state.held_bytes -= found.nbytes
     log.info("autotune_cache: %s was launched %d times with a provisional config; tuned it "
              "now instead of at the end of the run", tuner.kernel_name, HOT_LAUNCHES)
     return tuner.best_config
@@ -178,9 +194,9 @@ def finish_all() -> None:
     write; `autotune_cache.triton.tune_deferred` is this): wait for all their compiles, then run
     each key's protocol on its snapshot; later launches of those keys launch their winners. A
     key that fails is named in the error raised after the others are recorded."""
-    global _held_bytes, _queue
-    with _lock:
-        pending, _pending[:] = list(_pending), []
+    state = _state()
+    with state.lock:
+        pending, state.pending[:] = list(state.pending), []
     try:
         for p in pending:  # every compile first: no benchmark shares the CPU with a compile
             _await_compiles(p)
@@ -191,11 +207,11 @@ def finish_all() -> None:
             except Exception as e:  # noqa: BLE001 - named below, after the other keys
                 failed.append((p, e))
     finally:
-        with _lock:
-            _held_bytes -= sum(p.nbytes for p in pending)
-            queue, _queue = (_queue, None) if not _pending else (None, _queue)
-        if queue is not None:
-            queue.close()
+        with state.lock:
+            state.held_bytes -= sum(p.nbytes for p in pending)
+            done = not state.pending
+        if done:
+            forget_queued()
     if failed:
         names = "; ".join(f"{p.tuner.kernel_name}: {e}" for p, e in failed)
         raise AutotuneCacheError(
@@ -219,7 +235,7 @@ def _tune(pending: _Pending) -> None:
 
 
 @contextlib.contextmanager
-def arguments_of(tuner: Autotuner, args: Sequence[Any]) -> Iterator[None]:
+def arguments_of(tuner: Tuner, args: Sequence[Any]) -> Iterator[None]:
     """The tuner's `nargs` (what its hooks and problem key read) are `args` inside the block."""
     saved = tuner.nargs
     tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
@@ -229,15 +245,7 @@ def arguments_of(tuner: Autotuner, args: Sequence[Any]) -> Iterator[None]:
         tuner.nargs = saved
 
 
-def _compile_queue(cache: Cache) -> CompileQueue:
-    global _queue
-    with _lock:
-        if _queue is None:
-            _queue = CompileQueue(cache.settings.compile_workers)
-        return _queue
-
-
-def _provisional(tuner: Autotuner, configs: Sequence[Any], order: Sequence[int],
+def _provisional(tuner: Tuner, configs: Sequence[Any], order: Sequence[int],
                  args: Sequence[Any], kwargs: Mapping[str, Any], queued: Queued) -> Any:
     """The config the launch goes on with: the cheapest to compile that compiles and loads
     (compiled here, on the launch's own arguments, or finished from the queue). Every candidate
@@ -308,7 +316,7 @@ def _rebuilt(value: Any, clones: Mapping[tuple[str, int], Any]) -> Any:
     return value
 
 
-def _budget(storages: Mapping[tuple[str, int], Any]) -> int:
+def _budget(storages: Mapping[tuple[str, int], Any], held_bytes: int) -> int:
     """How many bytes the deferred keys' snapshots may hold in all: MAX_SNAPSHOT_BYTES, or less
     on a GPU with less than four times that free."""
     budget = MAX_SNAPSHOT_BYTES
@@ -317,18 +325,5 @@ def _budget(storages: Mapping[tuple[str, int], Any]) -> int:
     for device in {d for d, _ in storages}:
         if device.startswith("cuda"):
             free, _total = torch.cuda.mem_get_info(torch.device(device))
-            budget = min(budget, int(free * FREE_MEMORY_SHARE) + _held_bytes)
+            budget = min(budget, int(free * FREE_MEMORY_SHARE) + held_bytes)
     return budget
-
-
-def _forget() -> None:
-    """A forked child does not tune its parent's deferred keys (nor use its pool's threads)."""
-    global _held_bytes, _queue, _lock
-    _lock = threading.Lock()
-    _pending.clear()
-    _held_bytes = 0
-    _queue = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget)

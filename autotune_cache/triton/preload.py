@@ -34,10 +34,11 @@ level and ignored. The work is bounded:
   AHEAD_MAX compiles; a kernel that does not fit is left to its own first launch.
 
 Every specialization is compiled once per JIT function, however many keys and kernels record
-it. All compiles share one pool of --autotune_compile_workers threads (under pytest-xdist, a
-worker's share of them, each worker starting at its own offset in the list); it starts no new
-compile while a tuning benchmarks (`held`), and at interpreter exit the compiles not started
-are dropped.
+it. The compiles are queued on the process's compile scheduler (scheduler.py) at AHEAD
+priority, behind any tuning's candidates (under pytest-xdist on a worker's share of its
+threads, each worker starting at its own offset in the list); none starts while a tuning
+benchmarks, and at interpreter exit those not started are dropped. What this module keeps is
+per-process state (process.py): a forked child starts its own compile-ahead.
 """
 
 from __future__ import annotations
@@ -46,22 +47,20 @@ import contextlib
 import itertools
 import json
 import logging
-import os
 import threading
 import weakref
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey, Device
+from autotune_cache.triton import process, scheduler
 from autotune_cache.triton.compile import failure_reason
-
-if TYPE_CHECKING:
-    from autotune_cache.triton.autotuner import Autotuner
+from autotune_cache.triton.scheduler import CompileJob, Priority
 
 log = logging.getLogger(__name__)
 
@@ -78,45 +77,18 @@ PRELOAD_MAX = 64
 AHEAD_SCAN_LIMIT = 4000
 AHEAD_SCAN_BYTES = 1024 * 1024
 AHEAD_MAX = 256
-# Waiting for the compiles in flight before a tuning benchmarks: at most this long.
-HOLD_TIMEOUT_S = 60.0
 
 
-class Preload:
-    """One compile of a recorded specialization into a JIT function, run once: by a pool thread,
-    or by the launch that needs it before a pool thread has started it."""
+class AheadTuner(Protocol):
+    """What the compile-ahead needs of a tuner (autotuner.py)."""
 
-    def __init__(self, jit_fn: Any, specialization: str) -> None:
-        self.jit_fn = jit_fn
-        self.specialization = specialization
-        self.ok: bool | None = None  # after the run: whether Triton's preload returned
-        self._claimed = False
-        self._claim_lock = threading.Lock()
-        self._done = threading.Event()
-        self._generation = _generation
+    fn: Any
+    kernel_name: str
 
-    def _claim(self) -> bool:
-        with self._claim_lock:
-            if self._claimed:
-                return False
-            self._claimed = True
-            return True
+    def source_fingerprint_now(self) -> str: ...
 
-    def run(self) -> None:
-        """Compile, unless another thread has started it (never raises)."""
-        if self._claim():
-            try:
-                self.ok = _preload(self.jit_fn, self.specialization)
-            finally:
-                self._done.set()
 
-    def wait(self) -> None:
-        """Return once the compile has finished (or failed): the caller runs it when no one has
-        started it. A compile started in the parent of a forked process is not waited for."""
-        if self._generation != _generation:
-            return
-        self.run()
-        self._done.wait()
+Preloads = dict[str, CompileJob]  # a kernel's preloads, by key digest
 
 
 @dataclass
@@ -126,82 +98,114 @@ class _Ahead:
     cache: Cache
     device: Device
     toolchain: Any
-    pool: ThreadPoolExecutor
     entries_left: int
     bytes_left: int
     compiles_left: int
-    compiles: dict[tuple[int, str], Preload] = field(default_factory=dict)
+    compiles: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
     # The same compiles by (JIT function, Triton's JIT key), for a launch to find (`awaiting`).
-    by_jit_key: dict[tuple[int, str], Preload] = field(default_factory=dict)
+    by_jit_key: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
     # Whether the tuners not launched yet were scanned (at the first tuner's first launch; the
     # warm-ups of plain JIT functions may have started the compile-ahead before it).
     tuners_started: bool = False
 
 
-_lock = threading.RLock()
-_ahead: _Ahead | None = None
-_generation = 0
-_tuners: weakref.WeakValueDictionary[int, Autotuner] = weakref.WeakValueDictionary()
-_order = itertools.count()
-_pools: list[ThreadPoolExecutor] = []
-_hold = threading.Condition()
-_holders = 0
-_running = 0
-_exit_hook = False
-_local = threading.local()
+class _State:
+    """The compile-ahead's per-process state (process.py)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.ahead: _Ahead | None = None
+        # Every tuner built in this process, weakly, in the order they were built.
+        self.tuners: weakref.WeakValueDictionary[int, AheadTuner] = \
+            weakref.WeakValueDictionary()
+        self.order = itertools.count()
+        # Each tuner's preloads once started (at its first launch, or ahead of it).
+        self.started: weakref.WeakKeyDictionary[AheadTuner, Preloads] = \
+            weakref.WeakKeyDictionary()
+        self.local = threading.local()
 
 
-def register(tuner: Autotuner) -> None:
+def _state() -> _State:
+    return process.current().part(_State)
+
+
+def ahead() -> _Ahead | None:
+    """The process's compile-ahead, if it has started (for tests and diagnostics)."""
+    found = process.current().existing(_State)
+    return None if found is None else found.ahead
+
+
+def register(tuner: AheadTuner) -> None:
     """Remember a tuner built in this process (weakly), for the compile-ahead."""
-    _tuners[next(_order)] = tuner
+    state = _state()
+    state.tuners[next(state.order)] = tuner
 
 
-def decorated(tuner: Autotuner) -> None:
+def started(tuner: AheadTuner) -> Preloads | None:
+    """`tuner`'s preloads by key digest, or None when none were started for it yet."""
+    return _state().started.get(tuner)
+
+
+def decorated(tuner: AheadTuner) -> None:
     """A tuner was just decorated (with its final kernel name): when the compile-ahead has
     started for the process cache, start this kernel's preloads now."""
-    with _lock:
-        ahead = _ahead
-        if ahead is None or tuner._preloads is not None:
+    state = _state()
+    with state.lock:
+        current = state.ahead
+        if current is None or tuner in state.started:
             return
         try:
             cache = get_cache()
         except Exception:  # noqa: BLE001 - bad flags: the launch reports them
             return
-        if cache is ahead.cache:
-            started, new = _scan_ahead(ahead, tuner)
-            if started:
-                tuner._preloads = started
-            for preload in new:
-                _queue(ahead, preload)
+        if cache is current.cache:
+            preloads, new = _scan_ahead(current, tuner)
+            if preloads:
+                state.started[tuner] = preloads
+            for job in new:
+                _queue(job)
 
 
-def first_launch(tuner: Autotuner, key: CacheKey, cache: Cache) -> dict[str, Preload]:
+def first_launch(tuner: AheadTuner, key: CacheKey, cache: Cache) -> Preloads:
     """At `tuner`'s first launch of a new problem (with `key`): start the compile-ahead of the
     process if it has not started for this cache, and return this kernel's preloads (its own
-    loaded winners, any problem, any candidate list) by key digest."""
-    with _lock:
-        if tuner._preloads is not None:  # started by the compile-ahead meanwhile
-            return tuner._preloads
-        ahead = _ahead_for(cache, key.device, key.toolchain)
-        own = _scan_launched(ahead, tuner, key)
-        if not ahead.tuners_started:
-            ahead.tuners_started = True
-            _start_others(ahead, [t for _, t in sorted(_tuners.items()) if t is not tuner])
+    loaded winners, any problem, any candidate list) by key digest (kept: see `started`)."""
+    state = _state()
+    with state.lock:
+        found = state.started.get(tuner)
+        if found is not None:  # started by the compile-ahead meanwhile
+            return found
+        current = _ahead_for(state, cache, key.device, key.toolchain)
+        own = state.started[tuner] = _scan_launched(current, tuner, key)
+        if not current.tuners_started:
+            current.tuners_started = True
+            _start_others(state, current,
+                          [t for _, t in sorted(state.tuners.items()) if t is not tuner])
         return own
 
 
-def _ahead_for(cache: Cache, device: Device, toolchain: Any) -> _Ahead:
-    """The compile-ahead of `cache`, started now if it has not been (the caller holds _lock);
-    one started for another cache is shut down."""
-    global _ahead
-    if _ahead is not None and _ahead.cache is cache:
-        return _ahead
-    if _ahead is not None:
-        _ahead.pool.shutdown(wait=False)
-    _ahead = _Ahead(cache, device, toolchain, _new_pool(cache), AHEAD_SCAN_LIMIT,
-                    AHEAD_SCAN_BYTES, AHEAD_MAX)
+def not_preloading(tuner: AheadTuner) -> None:
+    """`tuner` preloads nothing in this process (the interpreter compiles nothing)."""
+    _state().started.setdefault(tuner, {})
+
+
+def wait(job: CompileJob | None) -> None:
+    """Wait for a preload (or run it here when no worker has started it), so the launch that
+    follows finds its kernel; a preload the parent of a forked process started is skipped."""
+    if job is not None:
+        with contextlib.suppress(CancelledError):
+            job.result()
+
+
+def _ahead_for(state: _State, cache: Cache, device: Device, toolchain: Any) -> _Ahead:
+    """The compile-ahead of `cache`, started now if it has not been (the caller holds the
+    lock); one started for another cache is replaced (its queued compiles still run)."""
+    if state.ahead is not None and state.ahead.cache is cache:
+        return state.ahead
+    state.ahead = _Ahead(cache, device, toolchain, AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX)
+    scheduler.scheduler(cache.settings.compile_workers)
     _start_driver()
-    return _ahead
+    return state.ahead
 
 
 def warm_up(cache: Cache, jit_fn: Any, like: CacheKey) -> int:
@@ -209,28 +213,30 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey) -> int:
     kernel, source fingerprint, device and toolchain into the plain JIT function `jit_fn`, under
     the one-kernel caps and what is left of the compile-ahead's, each xdist worker from its own
     offset; the number queued. Starts the compile-ahead for `cache` if it has not started."""
-    with _lock:
-        ahead = _ahead_for(cache, like.device, like.toolchain)
-        cost = _fits(ahead, like.kernel)
+    state = _state()
+    with state.lock:
+        current = _ahead_for(state, cache, like.device, like.toolchain)
+        cost = _fits(current, like.kernel)
         if cost is None:
             return 0
-        _, new = _take(ahead, jit_fn, like, *cost)
-        _queue_rotated(ahead, new)
+        _, new = _take(current, jit_fn, like, *cost)
+        _queue_rotated(new)
         return len(new)
 
 
-def awaiting(jit_fn: Any, jit_key: object) -> Preload | None:
+def awaiting(jit_fn: Any, jit_key: object) -> CompileJob | None:
     """The compile ahead that files a kernel of `jit_fn` under Triton's JIT key `jit_key` (the
     one a launch looks up), if one was queued, for the launch to wait for instead of compiling
     it a second time; None in the thread running a preload."""
-    ahead = _ahead
-    if ahead is None or in_preload() or not ahead.by_jit_key:
+    state = process.current().existing(_State)
+    current = None if state is None else state.ahead
+    if current is None or not current.by_jit_key or in_preload():
         return None
     try:
         text = json.dumps(jit_key)
     except (TypeError, ValueError):
         return None
-    return ahead.by_jit_key.get((id(jit_fn), text))
+    return current.by_jit_key.get((id(jit_fn), text))
 
 
 def jit_key_of(specialization: str) -> str | None:
@@ -245,7 +251,8 @@ def jit_key_of(specialization: str) -> str | None:
 
 def in_preload() -> bool:
     """Whether the calling thread is compiling a preload now."""
-    return getattr(_local, "preloading", False)
+    state = process.current().existing(_State)
+    return state is not None and getattr(state.local, "preloading", False)
 
 
 def _jit_function(fn: Any) -> Any | None:
@@ -271,17 +278,19 @@ def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int) -> 
 
 
 def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int
-            ) -> tuple[dict[str, Preload], list[Preload]]:
+            ) -> tuple[Preloads, list[CompileJob]]:
     """Preloads for up to `limit` new specializations of `wanted` (and every key whose
-    specialization is compiled already or on its way): {digest: Preload}, and the new ones."""
-    preloads: dict[str, Preload] = {}
-    new: list[Preload] = []
+    specialization is compiled already or on its way): {digest: job}, and the new ones (not
+    queued yet)."""
+    preloads: Preloads = {}
+    new: list[CompileJob] = []
     for digest, spec in wanted.items():
         found = ahead.compiles.get((id(jit_fn), spec))
         if found is None:
             if len(new) >= limit:
                 continue
-            found = ahead.compiles[(id(jit_fn), spec)] = Preload(jit_fn, spec)
+            found = CompileJob(_compiling(jit_fn, spec), Priority.AHEAD, label=spec)
+            ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)
             if jit_key is not None:
@@ -290,19 +299,19 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int
     return preloads, new
 
 
-def _scan_launched(ahead: _Ahead, tuner: Autotuner, key: CacheKey) -> dict[str, Preload]:
+def _scan_launched(ahead: _Ahead, tuner: AheadTuner, key: CacheKey) -> Preloads:
     """The launching kernel's preloads: its own scan, under the one-kernel caps."""
     jit_fn = _jit_function(tuner.fn)
     if jit_fn is None:
         return {}
     wanted = _winners(ahead.cache, key, PRELOAD_SCAN_LIMIT, PRELOAD_SCAN_BYTES)
     preloads, new = _submit(ahead, jit_fn, wanted, PRELOAD_MAX)
-    for preload in new:
-        _queue(ahead, preload)
+    for job in new:
+        _queue(job)
     return preloads
 
 
-def _scan_ahead(ahead: _Ahead, tuner: Autotuner) -> tuple[dict[str, Preload], list[Preload]]:
+def _scan_ahead(ahead: _Ahead, tuner: AheadTuner) -> tuple[Preloads, list[CompileJob]]:
     """A kernel not launched yet: its preloads by key digest, under the one-kernel caps and
     what is left of the compile-ahead's, and those new (to queue); none when it has no loaded
     entries or does not fit."""
@@ -312,7 +321,7 @@ def _scan_ahead(ahead: _Ahead, tuner: Autotuner) -> tuple[dict[str, Preload], li
     if cost is None:
         return {}, []
     try:
-        fingerprint = tuner._source_fingerprint or tuner.fresh_source_fingerprint()
+        fingerprint = tuner.source_fingerprint_now()
     except Exception as e:  # noqa: BLE001 - the launch computes (and reports) its own
         log.debug("autotune_cache: no preload of %s: %s", name, failure_reason(e))
         return {}, []
@@ -335,9 +344,9 @@ def _fits(ahead: _Ahead, name: str) -> tuple[int, int] | None:
 
 
 def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: int
-          ) -> tuple[dict[str, Preload], list[Preload]]:
+          ) -> tuple[Preloads, list[CompileJob]]:
     """Scan the loaded entries matching `like` (which `_fits` measured) into preloads of
-    `jit_fn`, charging the compile-ahead's caps: {digest: Preload}, and those new (to queue)."""
+    `jit_fn`, charging the compile-ahead's caps: {digest: job}, and those new (to queue)."""
     ahead.entries_left -= entries
     ahead.bytes_left -= unparsed
     wanted = _winners(ahead.cache, like, entries, unparsed)
@@ -346,94 +355,37 @@ def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: in
     return preloads, new
 
 
-def _start_others(ahead: _Ahead, tuners: list[Autotuner]) -> None:
+def _start_others(state: _State, ahead: _Ahead, tuners: list[AheadTuner]) -> None:
     """Scan every other tuner not launched yet and queue their compiles, each xdist worker from
     its own offset."""
-    new: list[Preload] = []
+    new: list[CompileJob] = []
     names = ahead.cache.loaded_kernels()  # one pass over the files' index, no parsing
     for tuner in tuners:
-        if tuner._preloads is None and tuner.kernel_name in names:
-            started, added = _scan_ahead(ahead, tuner)
-            if started:
-                tuner._preloads = started
+        if tuner not in state.started and tuner.kernel_name in names:
+            preloads, added = _scan_ahead(ahead, tuner)
+            if preloads:
+                state.started[tuner] = preloads
             new += added
-    _queue_rotated(ahead, new)
+    _queue_rotated(new)
     if new:
         log.debug("autotune_cache: compiling %d loaded winners of %d kernels ahead", len(new),
-                  sum(1 for t in tuners if t._preloads))
+                  sum(1 for t in tuners if state.started.get(t)))
 
 
-def _new_pool(cache: Cache) -> ThreadPoolExecutor:
-    """The compile pool: --autotune_compile_workers threads, or a pytest-xdist worker's share."""
-    global _exit_hook
-    workers = cache.settings.compile_workers
-    worker = env.xdist_worker()
-    if worker is not None:
-        workers = max(1, workers // worker[1])
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="autotune-preload")
-    _pools.append(pool)
-    if not _exit_hook:
-        _exit_hook = True
-        # Before the interpreter joins the pool's threads (which would first run every queued
-        # compile): drop those not started. threading's own hook list, as concurrent.futures.
-        register_hook = getattr(threading, "_register_atexit", None)
-        with contextlib.suppress(RuntimeError):  # already shutting down
-            if register_hook is not None:
-                register_hook(_drop_queued)
-    return pool
-
-
-def _drop_queued() -> None:
-    for pool in list(_pools):
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _queue_rotated(ahead: _Ahead, new: list[Preload]) -> None:
+def _queue_rotated(new: list[CompileJob]) -> None:
     """Queue `new` in order, a pytest-xdist worker from its own offset into the list (the
     workers share TRITON_CACHE_DIR: each compiles different ones first)."""
     worker = env.xdist_worker()
     if worker is not None and new:
         offset = len(new) * worker[0] // worker[1]
         new = new[offset:] + new[:offset]
-    for preload in new:
-        _queue(ahead, preload)
+    for job in new:
+        _queue(job)
 
 
-def _queue(ahead: _Ahead, preload: Preload) -> None:
-    try:
-        ahead.pool.submit(_pool_task, preload)
-    except RuntimeError as e:  # shut down (interpreter exit): the launch compiles as usual
-        log.debug("autotune_cache: preload not queued: %s", e)
-
-
-def _pool_task(preload: Preload) -> None:
-    """A pool thread's turn: wait while a tuning benchmarks, then compile."""
-    global _running
-    with _hold:
-        _hold.wait_for(lambda: _holders == 0)
-        _running += 1
-    try:
-        preload.run()
-    finally:
-        with _hold:
-            _running -= 1
-            _hold.notify_all()
-
-
-@contextlib.contextmanager
-def held() -> Iterator[None]:
-    """While a tuning benchmarks: no preload starts, and those in flight are finished first
-    (for up to HOLD_TIMEOUT_S), so background compiles do not compete with the timed launches."""
-    global _holders
-    with _hold:
-        _holders += 1
-        _hold.wait_for(lambda: _running == 0, timeout=HOLD_TIMEOUT_S)
-    try:
-        yield
-    finally:
-        with _hold:
-            _holders -= 1
-            _hold.notify_all()
+def _queue(job: CompileJob) -> None:
+    """Hand a preload to the scheduler (sized when the compile-ahead started)."""
+    scheduler.scheduler().enqueue(job)
 
 
 def _start_driver() -> None:
@@ -449,10 +401,16 @@ def _start_driver() -> None:
         log.debug("autotune_cache: starting Triton's driver failed: %s", failure_reason(e))
 
 
+def _compiling(jit_fn: Any, specialization: str) -> Callable[[], bool]:
+    """The job's work: `_preload` of this specialization into `jit_fn`."""
+    return lambda: _preload(jit_fn, specialization)
+
+
 def _preload(jit_fn: Any, specialization: str) -> bool:
     """Compile one recorded specialization into `jit_fn`'s kernel cache, and build its launcher;
     whether it compiled (never raises)."""
-    _local.preloading = True
+    local = _state().local
+    local.preloading = True
     try:
         kernel = jit_fn.preload(specialization)
     except Exception as e:  # a foreign or stale record: the launch compiles as usual
@@ -460,7 +418,7 @@ def _preload(jit_fn: Any, specialization: str) -> bool:
                   getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
         return False
     finally:
-        _local.preloading = False
+        local.preloading = False
     _build_launcher(kernel)
     return True
 
@@ -480,18 +438,3 @@ def _build_launcher(kernel: Any) -> None:
         driver.active.launcher_cls(kernel.src, kernel.metadata)
     except Exception as e:  # another Triton's internals: the first launch builds it
         log.debug("autotune_cache: building a launcher ahead failed: %s", failure_reason(e))
-
-
-def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's pool threads: forget their compiles."""
-    global _ahead, _generation, _lock, _hold, _holders, _running
-    _generation += 1
-    _ahead = None
-    _lock = threading.RLock()
-    _hold = threading.Condition()
-    _holders = _running = 0
-    _pools.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

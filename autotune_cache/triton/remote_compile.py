@@ -44,6 +44,7 @@ from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
 from autotune_cache.foundation.budget import TimeBudget
 from autotune_cache.foundation.redact import redact
+from autotune_cache.triton import process
 
 if TYPE_CHECKING:
     from autotune_cache.config.flags import Settings
@@ -63,14 +64,28 @@ TAG_PREFIX = b"autotune_cache-hmac-sha256:"  # then the 32-byte tag, then the fi
 TAG_BYTES = 32
 MIN_KEY_BYTES = 32
 
-_lock = threading.Lock()
-_url: str | None = None
-_client: Any = None
-_errors: tuple[type[BaseException], ...] = ()
-_available = True
-_read_only = False
-_budget = TimeBudget()  # waiting for the server, per process (foundation/budget.py)
-_rejected = 0
+class _Remote:
+    """This process's connection to the server and what it learned about it (process.py: a
+    forked child connects afresh, with its own time budget)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.url: str | None = None
+        self.client: Any = None
+        self.errors: tuple[type[BaseException], ...] = ()
+        self.available = True
+        self.read_only = False
+        self.budget = TimeBudget()  # waiting for the server (foundation/budget.py)
+        self.rejected = 0
+
+
+def _remote() -> _Remote:
+    return process.current().part(_Remote)
+
+
+def server_url() -> str | None:
+    """The server this process uses now, or None."""
+    return _remote().url
 
 
 def _secret() -> bytes:
@@ -109,9 +124,9 @@ def enable(url: str, *, read_only: bool = False) -> bool:
     """Point Triton's compile cache at the Redis server `url` in this process and its children
     (`read_only`: --autotune_cache_mode=read, nothing is uploaded); returns False (and warns)
     when the user's own TRITON_CACHE_MANAGER is kept. FlagError without the fleet's key."""
-    global _url, _client, _available, _read_only
+    state = _remote()
     _secret()
-    _read_only = read_only
+    state.read_only = read_only
     environ = env.environ()
     current = environ.get(TRITON_CACHE_MANAGER)
     if current and current != REMOTE_MANAGER:
@@ -119,9 +134,9 @@ def enable(url: str, *, read_only: bool = False) -> bool:
                     "TRITON_CACHE_MANAGER=%s is set; unset it to share compiled kernels on %s",
                     current, url)
         return False
-    with _lock:
-        if _url != url:
-            _url, _client, _available = url, None, True
+    with state.lock:
+        if state.url != url:
+            state.url, state.client, state.available = url, None, True
     environ[TRITON_CACHE_MANAGER] = REMOTE_MANAGER
     environ[TRITON_REMOTE_CACHE_BACKEND] = BACKEND
     return True
@@ -148,45 +163,45 @@ def disable() -> None:
     --autotune_remote_compile_cache, or a child whose AUTOTUNE_FLAGS dropped it): Triton's two
     variables are removed only while they still name our backend, so a user's own cache manager
     is never touched, and the next `enable` connects afresh."""
-    global _url, _client, _available
+    state = _remote()
     environ = env.environ()
     if (environ.get(TRITON_CACHE_MANAGER) != REMOTE_MANAGER
             or environ.get(TRITON_REMOTE_CACHE_BACKEND) != BACKEND):
         return
     del environ[TRITON_CACHE_MANAGER]
     del environ[TRITON_REMOTE_CACHE_BACKEND]
-    with _lock:
-        _url, _client, _available = None, None, True
+    with state.lock:
+        state.url, state.client, state.available = None, None, True
 
 
 def _connect() -> Any:
     """The process's one client (a connection pool), made on first use; None in a process
     that inherited Triton's variables while its own flags do not ask for the server."""
-    global _client, _errors, _url, _read_only
-    with _lock:
-        if _client is not None:
-            return _client
-        if _url is None:
+    state = _remote()
+    with state.lock:
+        if state.client is not None:
+            return state.client
+        if state.url is None:
             # A child process that inherited Triton's variables but not our call: its flags
             # (AUTOTUNE_FLAGS, inherited or its own) decide, as the tuner's slow path would.
             from autotune_cache.config.flags import settings_from_env
 
             settings = settings_from_env()
-            _url = server_of(settings)
-            _read_only = settings.cache_mode == "read"
-            if _url is not None:
+            state.url = server_of(settings)
+            state.read_only = settings.cache_mode == "read"
+            if state.url is not None:
                 _secret()
-        if _url is not None:
+        if state.url is not None:
             import redis
 
-            _errors = (redis.exceptions.RedisError,)
+            state.errors = (redis.exceptions.RedisError,)
             try:
-                _client = redis.Redis.from_url(_url, socket_timeout=TIMEOUT_S,
-                                               socket_connect_timeout=TIMEOUT_S)
+                state.client = redis.Redis.from_url(state.url, socket_timeout=TIMEOUT_S,
+                                                    socket_connect_timeout=TIMEOUT_S)
             except ValueError as e:
-                raise FlagError(redact(f"--autotune_remote_cache={_url}: not a Redis URL "
+                raise FlagError(redact(f"--autotune_remote_cache={state.url}: not a Redis URL "
                                        f"({e}); use redis://HOST:PORT[/DB]")) from e
-            return _client
+            return state.client
     # Not asked for here: this compile is answered "not cached" (Triton compiles it and files
     # it locally), and the variables are removed, so that this process's later compiles and the
     # children it starts use Triton's local cache.
@@ -198,37 +213,37 @@ def _connect() -> Any:
 
 def _down(error: BaseException) -> None:
     """The first failure turns the remote compile cache off for this process, with a warning."""
-    global _available
-    if _available:
-        _available = False
+    state = _remote()
+    if state.available:
+        state.available = False
         log.warning("autotune_cache: the remote compile cache on %s is unavailable (%s); "
-                    "compiling locally", redact(str(_url)), redact(str(error)))
+                    "compiling locally", redact(str(state.url)), redact(str(error)))
 
 
 @contextlib.contextmanager
 def _timed() -> Iterator[None]:
     """Count the time spent waiting for the server; past the budget, give it up (one warning)."""
-    global _available
+    state = _remote()
     try:
-        with _budget.timed():
+        with state.budget.timed():
             yield
     finally:
-        if _available and _budget.spent:
-            _available = False
-            log.warning(_budget.warning(f"the remote compile cache on {redact(str(_url))}",
-                                        "compiling locally"))
+        if state.available and state.budget.spent:
+            state.available = False
+            log.warning(state.budget.warning(
+                f"the remote compile cache on {redact(str(state.url))}", "compiling locally"))
 
 
 def _reject(names: list[str]) -> None:
     """Values whose tag did not verify: never used; said once per process, then counted."""
-    global _rejected
-    first = _rejected == 0
-    _rejected += len(names)
+    state = _remote()
+    first = state.rejected == 0
+    state.rejected += len(names)
     if first:
         log.warning("autotune_cache: the remote compile cache on %s holds compiled kernels whose "
                     "authentication tag does not verify under %s (planted by a writer without "
                     "the key, or written with another key), e.g. %s; they are never used, "
-                    "Triton compiles them here (docs/security.md)", redact(str(_url)),
+                    "Triton compiles them here (docs/security.md)", redact(str(state.url)),
                     env.AUTOTUNE_REMOTE_COMPILE_KEY, names[0])
 
 
@@ -247,7 +262,8 @@ class RedisCompileBackend(RemoteCacheBackend):
         """The files the server has, by name; {} when it is down. Each value is read only after
         its length (STRLEN) says it fits in MAX_VALUE_BYTES, and then at most that many bytes
         (GETRANGE): a larger or foreign value is never downloaded, and Triton compiles it."""
-        if not _available or self._client is None:
+        state = _remote()
+        if not state.available or self._client is None:
             return {}
         names = [self._name(f) for f in filenames]
         limit = MAX_VALUE_BYTES + len(TAG_PREFIX) + TAG_BYTES
@@ -265,7 +281,7 @@ class RedisCompileBackend(RemoteCacheBackend):
                 for _, name in fits:
                     pipe.getrange(name, 0, limit - 1)
                 values = pipe.execute(raise_on_error=False)
-        except _errors as e:
+        except state.errors as e:
             _down(e)
             return {}
         key = _secret()
@@ -284,12 +300,13 @@ class RedisCompileBackend(RemoteCacheBackend):
 
     def put(self, filename: str, data: bytes) -> None:
         """Upload one file (best effort), sealed with the fleet's key; nothing in read mode."""
-        if (_read_only or not _available or self._client is None
+        state = _remote()
+        if (state.read_only or not state.available or self._client is None
                 or len(data) > MAX_VALUE_BYTES):
             return
         name = self._name(filename)
         try:
             with _timed():
                 self._client.set(name, seal(name, data, _secret()))
-        except _errors as e:
+        except state.errors as e:
             _down(e)

@@ -13,14 +13,14 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autotune_cache.cache import get_cache
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import Tuned, TuneJob
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import preload
+from autotune_cache.triton import scheduler
 from autotune_cache.triton.benchlock import device_bench_lock
 from autotune_cache.triton.compile import Queued, compile_candidates, failure_reason
 from autotune_cache.triton.configs import describe_config, match_text
@@ -28,8 +28,30 @@ from autotune_cache.triton.device import device_identity, interpreter_active
 from autotune_cache.triton.problem import problem_key
 from autotune_cache.triton.progress import Progress
 
-if TYPE_CHECKING:
-    from autotune_cache.triton.autotuner import Autotuner
+
+class Tuner(Protocol):
+    """What a tuning needs of the autotuner (autotuner.py) that launched it: Triton's
+    Autotuner's attributes and hooks, and ours. A protocol, so that this module (and those
+    below the autotuner) never import it."""
+
+    fn: Any
+    kernel_name: str
+    arg_names: list[str]
+    keys: list[str]
+    nargs: dict[str, Any] | None
+    best_config: Any
+    pre_hook: Callable[..., Any]
+    post_hook: Callable[..., Any]
+    user_do_bench: Callable[..., Any] | None
+    bench_warmup: float | None
+    bench_rep: float | None
+    use_cuda_graph: bool
+    bench_time: float
+    compiled_specializations: dict[str, str]
+
+    def full_nargs(self, config: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def launch_kwargs_of(self, config: Any) -> dict[str, Any]: ...
 
 
 class ConflictingMetaParametersError(AutotuneCacheError, ValueError):
@@ -56,7 +78,7 @@ class KernelTuning:
     construction. After a call, `progress` reports the tuning (the autotuner prints its last
     line once the winner is recorded) and `measured` says whether anything was benchmarked."""
 
-    def __init__(self, tuner: Autotuner, configs: Sequence[Any], args: Sequence[Any],
+    def __init__(self, tuner: Tuner, configs: Sequence[Any], args: Sequence[Any],
                  kwargs: dict[str, Any], compile_workers: int) -> None:
         self.tuner = tuner
         self.configs = configs
@@ -188,7 +210,8 @@ class KernelTuning:
         timings: dict[int, pb.Timing] = {}
         alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
-        with preload.held() if on_device else contextlib.nullcontext(), lock:
+        held = scheduler.scheduler().held() if on_device else contextlib.nullcontext()
+        with held, lock:
             stages = bench_mod.halving_stages(self.benchmark, len(alive))
             for stage, (benchmark, keep) in enumerate(stages):
                 for i in todo if stage == 0 else alive:

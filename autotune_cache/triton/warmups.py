@@ -49,7 +49,7 @@ from autotune_cache import cache as cache_module
 from autotune_cache.cache import Cache
 from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.triton import preload
+from autotune_cache.triton import preload, process
 from autotune_cache.triton.compile import (
     failure_reason,
     portable_specialization,
@@ -93,8 +93,16 @@ class _Process:
         default_factory=weakref.WeakKeyDictionary)
 
 
-_lock = threading.RLock()
-_process: _Process | None = None
+class _Current:
+    """The warm-up state of this process (process.py): one _Process per process cache."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.process: _Process | None = None
+
+
+# What was installed into Triton (the interpreter's, kept by a forked child: process.py).
+_install_lock = threading.Lock()
 _installed = False
 _previous: Any = None
 
@@ -103,7 +111,7 @@ def install() -> None:
     """Chain our hook in front of Triton's `jit_cache_hook` (once per process; no Triton with
     the knob, nothing). Costs nothing until Triton compiles."""
     global _installed, _previous
-    with _lock:
+    with _install_lock:
         if _installed:
             return
         knobs = runtime_knobs()
@@ -136,9 +144,7 @@ def _on_compile(kw: dict[str, Any]) -> None:
         _record(state, jit_fn, portable_specialization(spec))
         return
     _scan(state)
-    found = preload.awaiting(jit_fn, kw.get("key"))
-    if found is not None:
-        found.wait()
+    preload.wait(preload.awaiting(jit_fn, kw.get("key")))
 
 
 def start(cache: Cache) -> None:
@@ -150,18 +156,18 @@ def start(cache: Cache) -> None:
 
 def _current(cache: Cache | None = None) -> _Process:
     """This process's warm-up state for the process cache (`cache`, else the process cache)."""
-    global _process
     if cache is None:
         # The one the first autotuned launch would configure (from the flags in the
         # environment); with none set, a cache that neither dumps nor loads.
         cache = cache_module.get_cache()
-    with _lock:
-        if _process is None or _process.cache is not cache:
+    current = process.current().part(_Current)
+    with current.lock:
+        if current.process is None or current.process.cache is not cache:
             settings = cache.settings
             mode = ("record" if settings.dump_to is not None
                     else "load" if settings.load_from else "off")
-            _process = _Process(cache, mode)
-        return _process
+            current.process = _Process(cache, mode)
+        return current.process
 
 
 def _device(state: _Process) -> tuple[Device, tuple[tuple[str, str], ...]]:
@@ -232,7 +238,7 @@ def _scan(state: _Process) -> None:
     """Queue the warm-ups of every loaded kernel name that resolves, now, to a plain JIT
     function; the first call takes every loaded name, later ones only those still unresolved,
     and only when a module was imported since."""
-    with _lock:
+    with process.current().part(_Current).lock:
         if not state.started:
             state.started = True
             try:

@@ -77,20 +77,20 @@ def main() -> None:
     configure(Settings(load_from=(path,), require_complete=True, compile_workers=2))
     acc_compiles = counting(kernels.accumulate_kernel)
     select(add, add_args)  # the first launch: starts the compile-ahead
-    started = dict(acc._preloads or {})
+    started = dict(preload.started(acc) or {})
     for p in started.values():
-        p.wait()
+        preload.wait(p)
     ahead = len(acc_compiles)
     best, tuned = select(acc, acc_args)
     acc.fn.run(*acc_args, grid=None, warmup=True, **acc.launch_kwargs_of(best))  # the launch
     print(json.dumps({
         "acc_preloads": len(started),
-        "acc_preload_ok": [p.ok for p in started.values()],
+        "acc_preload_ok": [p.result() for p in started.values()],
         "compiles_ahead": ahead,
         "compiles_after_hit": len(acc_compiles) - ahead,
         "tuned": tuned,
         "benchmarks": get_cache().stats.benchmarks,
-        "pool": preload._ahead is not None,
+        "pool": preload.ahead() is not None,
         # Nothing launches here: every launcher build is a preload's.
         "launchers_built_ahead": sorted({name for name, _ in LAUNCHERS}),
     }))

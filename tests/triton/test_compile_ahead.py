@@ -4,13 +4,13 @@ is a StubJit that records its preloads and launches the real kernel."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ import triton
 from autotune_cache import CacheKey, get_cache
 from autotune_cache.formats import save_results
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.triton import autotune, autotuner, preload, routing
+from autotune_cache.triton import autotune, autotuner, preload, process, routing, scheduler
+from autotune_cache.triton.scheduler import Priority
 from tests.triton import kernels
 
 TABLE = {16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0}  # 64 wins
@@ -53,9 +54,9 @@ class StubJit:
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch):
-    """A compile-ahead of this test's tuners only, on a stand-in GPU (no driver to start)."""
-    monkeypatch.setattr(preload, "_tuners", weakref.WeakValueDictionary())
-    monkeypatch.setattr(preload, "_ahead", None)
+    """A compile-ahead of this test's tuners only (a fresh engine state: process.py), on a
+    stand-in GPU (no driver to start)."""
+    monkeypatch.setattr(process, "_state", process.ProcessState())
     monkeypatch.setattr(preload, "_start_driver", lambda: None)
 
 
@@ -134,10 +135,10 @@ def on_gpu(monkeypatch):
 
 
 def settle(*tuners) -> None:
-    """Let every started compile finish (a Preload not started yet runs here)."""
+    """Let every started compile finish (a preload no worker started yet runs here)."""
     for tuner in tuners:
-        for started in (tuner._preloads or {}).values():
-            started.wait()
+        for started in (preload.started(tuner) or {}).values():
+            preload.wait(started)
 
 
 def digests(entries) -> list[str]:
@@ -154,7 +155,8 @@ def test_the_first_launch_compiles_every_decorated_kernels_winners(use_cache, fa
                                         ("c", kernels.double_in_place_kernel))}
     a, b, c = make_a(stubs["a"]), make_b(stubs["b"]), make_c(stubs["c"])
     assert c.kernel_name == ROUTED_C
-    assert (a._preloads, b._preloads, c._preloads) == (None, None, None)  # nothing at import
+    # nothing at import
+    assert (preload.started(a), preload.started(b), preload.started(c)) == (None, None, None)
     on_gpu(monkeypatch)
     out, expected = launch_a(a)
     torch.testing.assert_close(out, expected)
@@ -162,8 +164,8 @@ def test_the_first_launch_compiles_every_decorated_kernels_winners(use_cache, fa
     assert stubs["a"].preloaded == [spec("a", 100)]
     assert stubs["b"].preloaded == [spec("b", 100)]
     assert stubs["c"].preloaded == [spec("c", 100)]
-    assert sorted(b._preloads) == digests(entries["b"])
-    assert sorted(c._preloads) == digests(entries["c"])
+    assert sorted(preload.started(b)) == digests(entries["b"])
+    assert sorted(preload.started(c)) == digests(entries["c"])
     for kernel, launch in ((b, launch_b), (c, launch_c)):
         out, expected = launch(kernel)
         torch.testing.assert_close(out, expected)
@@ -180,7 +182,7 @@ def test_a_kernel_decorated_after_the_start_gets_its_preloads_at_decoration(
     launch_a(a)
     late = StubJit(kernels.double_in_place_kernel)
     c = make_c(late)  # imported after the first launch: routed, so named before its scan
-    assert c._preloads is not None and len(c._preloads) == 1
+    assert preload.started(c) is not None and len(preload.started(c)) == 1
     settle(c)
     assert late.preloaded == [spec("c", 100)]
     out, expected = launch_c(c)
@@ -194,7 +196,7 @@ def test_nothing_starts_before_the_first_launch_or_under_the_interpreter(use_cac
     stub_b = StubJit(kernels.accumulate_kernel)
     a, b = make_a(StubJit(kernels.add_kernel)), make_b(stub_b)
     launch_a(a)  # the interpreter: no preload, no compile-ahead
-    assert a._preloads == {} and b._preloads is None and preload._ahead is None
+    assert preload.started(a) == {} and preload.started(b) is None and preload.ahead() is None
     make_c(StubJit(kernels.double_in_place_kernel))
     assert stub_b.preloaded == []
 
@@ -207,7 +209,7 @@ def test_nothing_loaded_nothing_preloaded(use_cache, fake, monkeypatch):
     on_gpu(monkeypatch)
     out, expected = launch_a(a)  # tuned
     torch.testing.assert_close(out, expected)
-    assert a._preloads == {} and b._preloads is None
+    assert preload.started(a) == {} and preload.started(b) is None
     assert stubs[0].preloaded == stubs[1].preloaded == []
 
 
@@ -226,8 +228,8 @@ def test_one_compile_per_distinct_specialization(use_cache, fake, tmp_path, monk
     launch_a(a)
     settle(b1, b2)
     assert stub_b.preloaded == [spec("b", 100)]
-    assert sorted(b1._preloads) == sorted(b2._preloads) == digests(entries["b"])
-    assert len({id(p) for p in [*b1._preloads.values(), *b2._preloads.values()]}) == 1
+    assert sorted(preload.started(b1)) == sorted(preload.started(b2)) == digests(entries["b"])
+    assert len({id(p) for p in [*preload.started(b1).values(), *preload.started(b2).values()]}) == 1
     for n in (100, 300):
         out, expected = launch_b(b1, n)
         torch.testing.assert_close(out, expected)
@@ -246,14 +248,14 @@ def test_the_caps_bound_the_work_ahead(use_cache, fake, tmp_path, monkeypatch, c
     on_gpu(monkeypatch)
     launch_a(a)
     settle(b, c)
-    ahead = preload._ahead
+    ahead = preload.ahead()
     assert ahead.compiles_left >= 0 and ahead.entries_left >= 0 and ahead.bytes_left >= 0
     if cap == "AHEAD_MAX":  # B's first winner fits, its second and C's do not
         assert stub_b.preloaded == [spec("b", 100)] and stub_c.preloaded == []
-        assert c._preloads is None
+        assert preload.started(c) is None
     else:  # nothing fits
         assert stub_b.preloaded == stub_c.preloaded == []
-        assert b._preloads is None and c._preloads is None
+        assert preload.started(b) is None and preload.started(c) is None
     out, expected = launch_c(c)  # C's own scan, at its first launch
     torch.testing.assert_close(out, expected)
     settle(c)
@@ -272,32 +274,67 @@ def test_a_failing_preload_changes_nothing(use_cache, fake, tmp_path, monkeypatc
         torch.testing.assert_close(out, expected)
         assert a.best_config.kwargs == b.best_config.kwargs == {"BLOCK_SIZE": 64}
     assert sorted(stub_b.preloaded) == [spec("b", 100), spec("b", 300)]
-    assert all(p.ok is False for p in b._preloads.values())
+    assert all(p.result() is False for p in preload.started(b).values())
     assert get_cache().stats.benchmarks == 0
 
 
 def test_a_hit_runs_a_compile_not_started_yet_itself_once():
     stub = StubJit(kernels.add_kernel)
-    started = preload.Preload(stub, "{}")
-    started.wait()  # no pool thread took it: the waiting launch compiles it
-    started.run()  # the pool's turn, later: nothing to do
-    started.wait()
-    assert stub.preloaded == ["{}"] and started.ok is True
+    job = scheduler.CompileJob(lambda: preload._preload(stub, "{}"), Priority.AHEAD)
+    preload.wait(job)  # no worker took it: the waiting launch compiles it
+    assert job.run() is False  # a worker's turn, later: nothing to do
+    preload.wait(job)
+    assert stub.preloaded == ["{}"] and job.result() is True
 
 
 def test_no_compile_starts_while_a_tuning_benchmarks():
     stub = StubJit(kernels.add_kernel)
-    pool = preload.ThreadPoolExecutor(1)
+    pool = scheduler.CompileScheduler().size(1)
     try:
-        with preload.held():
-            queued = preload.Preload(stub, "{}")
-            done = pool.submit(preload._pool_task, queued)
+        with pool.held():
+            job = pool.submit(lambda: preload._preload(stub, "{}"), Priority.AHEAD)
             time.sleep(0.2)
-            assert stub.preloaded == [] and not done.done()
-        done.result(timeout=30)
-        assert stub.preloaded == ["{}"]
+            assert stub.preloaded == [] and not job.started()
+        concurrent.futures.wait([job], timeout=30)
+        assert job.done() and stub.preloaded == ["{}"]
     finally:
-        pool.shutdown()
+        pool.stop()
+
+
+def test_candidates_run_before_compiles_ahead_and_a_waiter_runs_its_own_at_once():
+    """One worker, held while the queue fills: the candidate queued last runs before the
+    compiles ahead queued first, and a thread waiting for a job nobody started runs it now."""
+    pool = scheduler.CompileScheduler().size(1)
+    ran: list[str] = []
+    try:
+        with pool.held():
+            ahead = [pool.submit(lambda i=i: ran.append(f"ahead{i}"), Priority.AHEAD)
+                     for i in range(3)]
+            candidate = pool.submit(lambda: ran.append("candidate"), Priority.CANDIDATE)
+            ahead[2].result()  # waited for: runs on this thread, before the worker starts
+            assert ran == ["ahead2"]
+        concurrent.futures.wait([candidate, *ahead], timeout=30)
+        assert ran == ["ahead2", "candidate", "ahead0", "ahead1"]
+    finally:
+        pool.stop()
+
+
+def test_a_forked_child_starts_its_own_engine_state():
+    """The per-process state (process.py) is new in a forked child: the parent's compile-ahead,
+    scheduler and deferred keys are not the child's."""
+    parent = process.current()
+    parent_scheduler = scheduler.scheduler()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = process.current() is not parent and scheduler.scheduler() is not parent_scheduler
+        ok = ok and preload.ahead() is None and scheduler.running() is not None
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0
+    assert process.current() is parent and scheduler.scheduler() is parent_scheduler
 
 
 @pytest.mark.parametrize("worker, count, expected", [
@@ -318,12 +355,12 @@ def test_xdist_workers_share_the_compile_threads_and_start_apart(use_cache, fake
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     order: list[str] = []
-    monkeypatch.setattr(preload, "_queue", lambda ahead, p: order.append(p.specialization))
+    monkeypatch.setattr(preload, "_queue", lambda job: order.append(job.label))
     a = make_a(StubJit(kernels.add_kernel))
     b = make_b(StubJit(kernels.accumulate_kernel))  # noqa: F841 (kept alive: weakly registered)
     on_gpu(monkeypatch)
     launch_a(a)
-    assert preload._ahead.pool._max_workers == 4
+    assert scheduler.scheduler().cap(Priority.AHEAD) == 4
     own = [spec("a", n) for n in (100, 300, 500, 700)]
     assert sorted(order[:4]) == sorted(own)  # the launching kernel's first, in any order
     assert order[4:] == [spec("b", n) for n in (500, 700, 100, 300)]  # from half-way

@@ -95,7 +95,7 @@ def test_candidates_differing_only_in_pre_hook_keep_their_own_timings(use_cache,
 def test_match_candidates_pairs_ir_override_and_hook_configs_with_recorded_timings() -> None:
     from autotune_cache.proto import autotune_results_pb2 as pb
     from autotune_cache.triton.autotuner import match_candidates
-    from autotune_cache.triton.configs import config_to_proto
+    from autotune_cache.triton.configs import config_to_proto, winning_candidate
 
     plain = triton.Config({"B": 16}, num_warps=4)
     override = triton.Config({"B": 16}, num_warps=4, ir_override="/x/kernel.ttgir")
@@ -105,4 +105,4 @@ def test_match_candidates_pairs_ir_override_and_hook_configs_with_recorded_timin
         for c, ms in ((plain, 3.0), (override, 1.0), (other, 2.0))]))
     pairs = match_candidates(entry, [other, plain, override])
     assert [(c, t.time_ms) for c, t in pairs] == [(plain, 3.0), (override, 1.0), (other, 2.0)]
-    assert Autotuner._winner(entry, pairs) is override
+    assert winning_candidate(entry, pairs) is override

@@ -22,7 +22,7 @@ import triton
 from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import load_results
-from autotune_cache.triton import deferred
+from autotune_cache.triton import deferred, process
 from tests.triton import kernels
 from tests.triton.kernels import TABLE
 
@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def overlap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Deferral as on a GPU: compiles to overlap."""
+    """Deferral as on a GPU: compiles to overlap; a fresh engine state (process.py)."""
     monkeypatch.setattr(deferred, "_compiles_to_overlap", lambda tuning: True)
+    monkeypatch.setattr(process, "_state", process.ProcessState())
     yield
-    deferred._forget()
 
 
 def _winner_block(entry) -> int:
@@ -74,7 +74,7 @@ def test_the_snapshot_keeps_values_strides_and_aliasing(use_cache, fake, overlap
     x = base[8:72]  # a view at an offset
     out = torch.empty(64)
     kernel[lambda meta: (triton.cdiv(64, meta["BLOCK_SIZE"]),)](x, x, out, 64)
-    [pending] = deferred._pending
+    [pending] = deferred._state().pending
     sx, sy, sout, n = pending.tuning.args
     assert n == 64
     assert torch.equal(sx, torch.arange(8, 72, dtype=torch.float32))
@@ -134,7 +134,7 @@ def test_past_the_memory_budget_keys_are_tuned_at_the_launch(
     kernels.launch_add(kernel, n=48)
     assert (cache.stats.deferred, cache.stats.tuned, len(bench.calls)) == (1, 1, 4)
     assert cache.finish_dump() == 2
-    assert deferred._held_bytes == 0  # released at the end
+    assert deferred._state().held_bytes == 0  # released at the end
 
 
 def test_a_dump_run_tunes_even_under_require_complete(use_cache, fake, overlap,
@@ -147,7 +147,7 @@ def test_a_dump_run_tunes_even_under_require_complete(use_cache, fake, overlap,
     fake(TABLE)
     kernels.launch_add(kernels.tuned_add(), n=64)
     cache.finish_dump()
-    assert deferred._pending == []
+    assert deferred._state().pending == []
     assert len(list(load_results(dump))) == 1
 
 
@@ -204,7 +204,8 @@ def test_a_key_launched_often_is_tuned_at_that_launch(use_cache, fake, overlap, 
     torch.testing.assert_close(out, expected)
     assert sorted(bench.calls) == [16, 32, 64, 128]
     assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64
-    assert (cache.stats.tuned, deferred._pending, deferred._held_bytes) == (1, [], 0)
+    state = deferred._state()
+    assert (cache.stats.tuned, state.pending, state.held_bytes) == (1, [], 0)
     kernels.launch_add(kernel, n=64)  # the winner from now on, on the hit path
     assert kernel.best_config.kwargs["BLOCK_SIZE"] == 64 and len(bench.calls) == 4
     assert cache.finish_dump() == 1

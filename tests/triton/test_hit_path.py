@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from autotune_cache.triton import preload
 from autotune_cache.triton.launch import launch_kwargs as launch_kwargs_of
 from autotune_cache.triton.problem import triton_style_key
 from tests.triton import kernels
@@ -133,7 +134,7 @@ def test_loaded_winners_are_preloaded_once_and_awaited_on_a_hit(use_cache, fake,
     kernels.launch_add(kernel, n=100)
     kernels.launch_add(kernel, n=100)
     assert stub.preloaded == ['{"name": "add_kernel"}']
-    assert list(kernel._preloads) == [CacheKey.from_proto(entry.key).digest()]
+    assert list(preload.started(kernel)) == [CacheKey.from_proto(entry.key).digest()]
 
 
 def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path, monkeypatch):
@@ -151,8 +152,8 @@ def test_winners_sharing_a_specialization_compile_once(use_cache, fake, tmp_path
         torch.testing.assert_close(out, expected)
     assert stub.preloaded == ['{"name": "add_kernel"}']
     digests = [CacheKey.from_proto(e.key).digest() for e in entries]
-    assert sorted(kernel._preloads) == sorted(digests)
-    assert kernel._preloads[digests[0]] is kernel._preloads[digests[1]]
+    assert sorted(preload.started(kernel)) == sorted(digests)
+    assert preload.started(kernel)[digests[0]] is preload.started(kernel)[digests[1]]
     assert started == [True]
 
 
@@ -170,7 +171,7 @@ def test_a_damaged_loaded_entry_skips_the_preload_not_the_launch(use_cache, fake
     use_cache(load_from=(path,))
     out, expected = kernels.launch_add(kernel, n=100)
     torch.testing.assert_close(out, expected)
-    assert stub.preloaded == [] and kernel._preloads == {}
+    assert stub.preloaded == [] and preload.started(kernel) == {}
 
 
 def test_too_much_unparsed_text_skips_the_preload_scan(use_cache, fake, tmp_path, monkeypatch):
@@ -182,6 +183,6 @@ def test_too_much_unparsed_text_skips_the_preload_scan(use_cache, fake, tmp_path
     monkeypatch.setattr(preload, "PRELOAD_SCAN_BYTES", 100)
     out, expected = kernels.launch_add(kernel, n=100)
     torch.testing.assert_close(out, expected)
-    assert stub.preloaded == [] and kernel._preloads == {}
+    assert stub.preloaded == [] and preload.started(kernel) == {}
     (loaded,) = autotuner.get_cache().memory.loaded
     assert loaded.indexed and len(loaded.entries) == 1

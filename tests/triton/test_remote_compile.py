@@ -18,8 +18,7 @@ import pytest
 from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
-from autotune_cache.foundation.budget import TimeBudget
-from autotune_cache.triton import remote_compile
+from autotune_cache.triton import process, remote_compile
 from tests.core.test_tiers_redis import free_port, redis_server
 
 pytest.importorskip("redis", reason="the redis client is not installed (extra 'redis')")
@@ -42,12 +41,7 @@ def triton_env(monkeypatch):
     for name in (remote_compile.TRITON_CACHE_MANAGER, remote_compile.TRITON_REMOTE_CACHE_BACKEND,
                  "TRITON_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(remote_compile, "_url", None)
-    monkeypatch.setattr(remote_compile, "_client", None)
-    monkeypatch.setattr(remote_compile, "_available", True)
-    monkeypatch.setattr(remote_compile, "_read_only", False)
-    monkeypatch.setattr(remote_compile, "_budget", TimeBudget())
-    monkeypatch.setattr(remote_compile, "_rejected", 0)
+    monkeypatch.setattr(process, "_state", process.ProcessState())  # a new connection
     monkeypatch.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", FLEET_KEY)
     return monkeypatch
 
@@ -168,7 +162,7 @@ def test_reconfigured_without_the_flag_the_server_is_no_longer_used(server, trit
     kernels.launch_add(kernels.tuned_add(), n=96)
     assert env.get(remote_compile.TRITON_CACHE_MANAGER) == ""
     assert env.get(remote_compile.TRITON_REMOTE_CACHE_BACKEND) == ""
-    assert remote_compile._url is None
+    assert remote_compile.server_url() is None
 
 
 def test_disabling_keeps_the_users_own_cache_manager(triton_env):

@@ -16,7 +16,7 @@ import torch
 import triton
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from autotune_cache.triton import install, routing, uninstall
+from autotune_cache.triton import install, process, routing, uninstall
 from tests.triton import kernels
 from tests.triton.test_triton_surface import DECORATORS, OrderedBench, grid_1d
 
@@ -91,7 +91,7 @@ def test_our_decorator_supersedes_cache_results_with_one_debug_log(use_cache, fa
 
     use_cache()
     fake({16: 2.0, 32: 1.0})
-    autotuner_module._cache_results_logged = False
+    process.current().part(autotuner_module._Said).cache_results = False
     with caplog.at_level(logging.DEBUG, logger="autotune_cache.triton.autotuner"):
         first = kernels.tuned_add(blocks=(16, 32), cache_results=True)
         kernels.tuned_add(blocks=(16, 32), cache_results=True)

@@ -12,6 +12,7 @@ once. Prints who ran ptxas for which kernel.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -28,7 +29,7 @@ from triton.runtime.driver import driver  # noqa: E402
 from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
 from autotune_cache.formats import load_results  # noqa: E402
 from autotune_cache.foundation.key import CacheKey, is_warmup  # noqa: E402
-from autotune_cache.triton import autotune, preload, warmups  # noqa: E402
+from autotune_cache.triton import autotune, preload, scheduler, warmups  # noqa: E402
 from tests.triton import kernels  # noqa: E402
 from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
 
@@ -47,7 +48,7 @@ def ptxas_runs() -> list[tuple[str, str]]:
 
     def make_cubin(self, src, metadata, opt, capability):
         thread = threading.current_thread().name
-        runs.append((metadata["name"], "pool" if thread.startswith("autotune-preload")
+        runs.append((metadata["name"], "pool" if thread.startswith("autotune-compile")
                      else thread))
         return original(self, src, metadata, opt, capability)
 
@@ -84,17 +85,17 @@ def main() -> None:
     runs = ptxas_runs()
     with contextlib.ExitStack() as stack:
         if phase == "load-held":  # no pool thread starts: each launch runs its own warm-up
-            stack.enter_context(preload.held())
+            stack.enter_context(scheduler.scheduler().held())
         kernels.double_in_place_kernel.warmup(x, 256, BLOCK_SIZE=16, grid=(1,))  # first compile
-        queued = list(preload._ahead.compiles.values()) if preload._ahead else []
-        if phase == "load":
-            for p in queued:
-                p._done.wait(300)
+        ahead = preload.ahead()
+        queued = list(ahead.compiles.values()) if ahead else []
+        if phase == "load":  # the workers' compiles, not this thread's
+            concurrent.futures.wait(queued, timeout=300)
         compiled = [kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
                     is not None for block in (64, 128)]
     stats = get_cache().stats
     print(json.dumps({
-        "queued_ok": [p.ok for p in queued],
+        "queued_ok": [p.result() if p.done() else None for p in queued],
         "launch_compiles": compiled,
         "ptxas": sorted(runs),
         "warmups_ahead": stats.warmups_ahead,

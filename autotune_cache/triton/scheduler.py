@@ -1,0 +1,262 @@
+"""The process's one compile scheduler: every compile the engine starts in the background.
+
+Three kinds of work share it, in this order of priority:
+
+1. A compile some thread is waiting for now. Waiting on a job that no worker has started
+   (`CompileJob.result()`) runs it on the waiting thread at once, whatever its queue, so a
+   launch never queues behind anything; a job a worker already runs is waited for.
+2. `Priority.CANDIDATE`: a tuning's candidates (compile.py: compiled before they are
+   benchmarked, at the launch or, in a dump run, queued for the end of the run by deferred.py).
+3. `Priority.AHEAD`: loaded winners and plain-kernel warm-ups compiled before any launch asks
+   for them (preload.py, warmups.py). Under pytest-xdist a worker runs at most its share of the
+   threads on this kind (the workers share the machine), each from its own offset in the list.
+
+A worker thread always takes the oldest job of the highest priority that has room. While a
+tuning benchmarks (`held()`), no worker starts a job and the jobs in flight are let finish first
+(for up to HOLD_TIMEOUT_S), so no compile competes with the timed launches; a thread that waits
+for a job still runs it itself. The pool has --autotune_compile_workers threads, started as
+work arrives; they stop at interpreter exit once their current job ends, and a job never started
+is then run by whoever waits for it (or by no one: work ahead of need is only ever a head
+start). A forked child gets a new scheduler (process.py); a job of the parent's that a child
+waits for and that the parent had started raises `CancelledError`.
+
+Before this module each of four features built its own thread pool, with no shared priorities:
+a launch could wait behind a queue of compiles ahead of need that nobody had asked for yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
+from typing import Any
+
+from autotune_cache.foundation import env
+from autotune_cache.triton import process
+
+# Waiting for the compiles in flight before a tuning benchmarks: at most this long.
+HOLD_TIMEOUT_S = 60.0
+
+
+class Priority(enum.IntEnum):
+    """What a queued compile is for; a lower value runs first (see the module docstring)."""
+
+    CANDIDATE = 1
+    AHEAD = 2
+
+
+class CompileJob(Future):  # type: ignore[type-arg]
+    """One compile: a `Future` that whoever waits for it runs when no worker has started it."""
+
+    def __init__(self, fn: Callable[[], Any], priority: Priority, label: str = "") -> None:
+        super().__init__()
+        self.fn = fn
+        self.priority = priority
+        self.label = label  # what it compiles, for logs and tests
+        self.pid = os.getpid()
+        self._claim_lock = threading.Lock()
+        self._claimed = False
+
+    def run(self) -> bool:
+        """Run the compile unless another thread has started it; whether this call ran it."""
+        with self._claim_lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+        if not self.set_running_or_notify_cancel():
+            return False
+        try:
+            value = self.fn()
+        except BaseException as e:  # noqa: BLE001 - the waiter sees it, as with any Future
+            self.set_exception(e)
+        else:
+            self.set_result(value)
+        return True
+
+    def started(self) -> bool:
+        """Whether a thread has taken the job (run, running, or cancelled)."""
+        return self._claimed or self.cancelled()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._run_here()
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._run_here()
+        return super().exception(timeout)
+
+    def _run_here(self) -> None:
+        if self.pid != os.getpid() and not self.done():
+            raise CancelledError("the compile was started in the parent of this forked process")
+        self.run()
+
+
+class CompileScheduler:
+    """The pool and its queues (see the module docstring). Made through `scheduler()`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queues: dict[Priority, collections.deque[CompileJob]] = {
+            p: collections.deque() for p in Priority}
+        self._running: dict[Priority, int] = dict.fromkeys(Priority, 0)
+        self._threads: list[threading.Thread] = []
+        self._workers = 1
+        self._holders = 0
+        self._stopping = False
+        self._exit_hook = False
+
+    # ----- configuration --------------------------------------------------------------------
+
+    def size(self, workers: int) -> CompileScheduler:
+        """Use `workers` threads from now on (--autotune_compile_workers); returns self."""
+        with self._cond:
+            self._workers = max(1, workers)
+            self._cond.notify_all()  # threads over the new size leave when idle
+        return self
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def cap(self, priority: Priority) -> int:
+        """How many threads may run `priority` at once: all, but AHEAD under pytest-xdist."""
+        if priority is Priority.AHEAD:
+            worker = env.xdist_worker()
+            if worker is not None:
+                return max(1, self._workers // worker[1])
+        return self._workers
+
+    # ----- submitting -------------------------------------------------------------------------
+
+    def submit(self, fn: Callable[[], Any], priority: Priority) -> CompileJob:
+        """Queue `fn` (a compile) at `priority`; the job to wait for."""
+        return self.enqueue(CompileJob(fn, priority))
+
+    def enqueue(self, job: CompileJob) -> CompileJob:
+        """Queue a job made beforehand (a caller that hands out jobs before queueing them in
+        an order of its own); returns it."""
+        with self._cond:
+            self._queues[job.priority].append(job)
+            self._start_thread()
+            self._cond.notify()
+        return job
+
+    def lane(self, priority: Priority, seconds: dict[int, float]) -> Lane:
+        """An executor for Triton's `AsyncCompileMode` that submits at `priority` and times each
+        compile into `seconds`, under the index its `current` holds at submission."""
+        return Lane(self, priority, seconds)
+
+    # ----- holding ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """While a tuning benchmarks: no worker starts a job, and those in flight are finished
+        first (for up to HOLD_TIMEOUT_S)."""
+        with self._cond:
+            self._holders += 1
+            self._cond.wait_for(lambda: sum(self._running.values()) == 0,
+                                timeout=HOLD_TIMEOUT_S)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holders -= 1
+                self._cond.notify_all()
+
+    # ----- workers ---------------------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        """Start a worker when there is room (the caller holds _cond)."""
+        if self._stopping or len(self._threads) >= self._workers:
+            return
+        if not self._exit_hook:
+            # Before the interpreter joins the workers: they stop after their current job.
+            # threading's own hook list, as concurrent.futures uses.
+            register = getattr(threading, "_register_atexit", None)
+            try:
+                if register is not None:
+                    register(self.stop)
+            except RuntimeError:  # already shutting down: whoever waits runs the job
+                return
+            self._exit_hook = True
+        thread = threading.Thread(target=self._work, name="autotune-compile", daemon=False)
+        self._threads.append(thread)
+        thread.start()
+
+    def _next(self) -> CompileJob | None:
+        """The job a free worker takes now, or None (the caller holds _cond)."""
+        if self._holders:
+            return None
+        for priority in Priority:
+            queue = self._queues[priority]
+            while queue and queue[0].started():
+                queue.popleft()  # run by a thread that waited for it
+            if queue and self._running[priority] < self.cap(priority):
+                return queue.popleft()
+        return None
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                job = self._next()
+                while job is None:
+                    if self._stopping or len(self._threads) > self._workers:
+                        self._threads.remove(me)
+                        return
+                    self._cond.wait()
+                    job = self._next()
+                self._running[job.priority] += 1
+            try:
+                job.run()
+            finally:
+                with self._cond:
+                    self._running[job.priority] -= 1
+                    self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Let the workers end after their current job (interpreter exit); queued jobs stay for
+        whoever waits for them."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+
+class Lane:
+    """What `AsyncCompileMode` sees as its executor (it only calls `submit`): each compile is
+    queued at one priority and timed on the thread that runs it."""
+
+    def __init__(self, scheduler: CompileScheduler, priority: Priority,
+                 seconds: dict[int, float]) -> None:
+        self.scheduler = scheduler
+        self.priority = priority
+        self.seconds = seconds
+        self.current = -1
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> CompileJob:
+        index, seconds = self.current, self.seconds  # as they are now, at submission
+
+        def timed() -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[index] = time.perf_counter() - started
+
+        return self.scheduler.submit(timed, self.priority)
+
+
+def scheduler(workers: int | None = None) -> CompileScheduler:
+    """This process's scheduler; sized to `workers` threads when given."""
+    found = process.current().part(CompileScheduler)
+    return found if workers is None else found.size(workers)
+
+
+def running() -> CompileScheduler | None:
+    """This process's scheduler if one was made (nothing is started otherwise)."""
+    return process.current().existing(CompileScheduler)
