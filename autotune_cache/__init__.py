@@ -1,9 +1,5 @@
 """autotune_cache: deterministic, reviewable GPU kernel autotuning caches for test suites."""
 
-# Before the imports, so a module they import may read it (foundation/urls.py). One of the
-# version's three places (docs/release.md).
-__version__ = "0.1.0"
-
 from autotune_cache.cache import Cache, configure, get_cache
 from autotune_cache.config.flags import Settings, parse_flags
 from autotune_cache.errors import (
@@ -23,6 +19,7 @@ from autotune_cache.proto import autotune_results_pb2 as entry_pb2
 # AUTOTUNE_FLAGS' --autotune_all_kernels / --require_complete_autotune_results where the start-up
 # hook did not run (python -S, the package only on PYTHONPATH): startup.py.
 from autotune_cache.startup import at_first_import as _at_first_import  # noqa: E402
+from autotune_cache.version import __version__
 
 _at_first_import()
 

@@ -8,19 +8,18 @@ the same for every verb (EXIT_STATUSES, documented in docs/reference.md#cli-auto
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune_cache import __version__
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import RESULTS_EXTENSIONS, TEXT_EXTENSIONS
+from autotune_cache.foundation.verbs import Out, add_verb
 from autotune_cache.resultsets.base import (
     CHANGE_KINDS,
     CONFLICT_POLICIES,
@@ -34,6 +33,7 @@ from autotune_cache.resultsets.base import (
     superseded_ids,
 )
 from autotune_cache.resultsets.registry import load_any
+from autotune_cache.version import __version__
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -50,31 +50,6 @@ EXIT_STATUSES = {
     EXIT_BROKEN_PIPE: "the reader of stdout went away (`| head`); quietly, without a traceback",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); files are written whole or not at all",
 }
-
-
-class Out:
-    """Where a verb reports: lines for people, or fields of one JSON object with `--json`."""
-
-    def __init__(self, as_json: bool) -> None:
-        self.as_json = as_json
-        self.fields: dict[str, Any] = {}
-
-    def line(self, text: str) -> None:
-        """A line of the human report (dropped under --json, where the fields say it)."""
-        if not self.as_json:
-            print(text)
-
-    def note(self, text: str) -> None:
-        """A note for people, on stderr in both modes."""
-        print(text, file=sys.stderr)
-
-    def set(self, **fields: Any) -> None:
-        self.fields.update(fields)
-
-    def finish(self, command: str, status: int) -> None:
-        if self.as_json:
-            print(json.dumps({"command": command, "exit": status, **self.fields}, indent=2,
-                             sort_keys=True))
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -294,25 +269,6 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
                         "entries": len(rs.rows()), "problems": problems})
     out.set(files=results)
     return EXIT_CHECK_FAILED if not all(r["ok"] for r in results) else EXIT_OK
-
-
-Verb = Callable[[argparse.Namespace, Out], int]
-
-
-def add_verb(sub: argparse._SubParsersAction, name: str, func: Verb, help_text: str,
-             example: str) -> argparse.ArgumentParser:
-    """A subcommand with its one-line help, an example in its --help, and --json."""
-    s = sub.add_parser(name, help=help_text, description=help_text + ".",
-                       epilog=f"example:\n  {example}\n\nexit status: see `autotune-cache "
-                              "--help`",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--json", action="store_true",
-                   help='one JSON object on stdout: {"command", "exit", ...}')
-    s.set_defaults(func=func)
-    return s
-
-
-AddVerb = Callable[[argparse._SubParsersAction, str, Verb, str, str], argparse.ArgumentParser]
 
 
 def _exit_help() -> str:

@@ -2,7 +2,7 @@
 # Cut a release from a clean checkout of the commit to release (docs/release.md):
 #   bash tools/release.sh [--dry-run]
 # 1. refuses a working tree with uncommitted changes or untracked files;
-# 2. checks that the version's three places agree: autotune_cache/__init__.py's __version__,
+# 2. checks that the version's three places agree: autotune_cache/version.py's __version__,
 #    MODULE.bazel's module(version = ...), CHANGELOG.md's first `## [X.Y.Z]` heading;
 # 3. builds the sdist and the wheel into dist/ with `python -m build`, and runs
 #    `twine check --strict` on them, both from tools/dev.sh's virtualenv (its test extra has
@@ -49,8 +49,8 @@ def first(pattern, path, flags=0):
     return match[1] if match else None
 
 places = {
-    "autotune_cache/__init__.py __version__": first(r'^__version__ = "([^"]+)"',
-                                                    "autotune_cache/__init__.py", re.M),
+    "autotune_cache/version.py __version__": first(r'^__version__ = "([^"]+)"',
+                                                    "autotune_cache/version.py", re.M),
     "MODULE.bazel module(version)": first(
         r'module\(\s*name = "rules_autotune",\s*version = "([^"]+)"', "MODULE.bazel"),
     "CHANGELOG.md's first ## [X.Y.Z] heading": first(r"^## \[(\d[^\]]*)\]", "CHANGELOG.md", re.M),

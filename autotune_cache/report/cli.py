@@ -10,7 +10,7 @@ from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.foundation.atomic import write_atomic
 
 if TYPE_CHECKING:
-    from autotune_cache.cli import AddVerb, Out
+    from autotune_cache.foundation.verbs import AddVerb, Out
 
 
 def cmd_report(args: argparse.Namespace, out: Out) -> int:

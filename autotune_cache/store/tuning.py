@@ -141,7 +141,7 @@ def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: s
     the winner's index: the fastest median among the `eligible` candidates (default, or when none
     of them has a time: all), the earlier candidate on a tie. Raises AllConfigsFailedError,
     naming every config with its reason, when no candidate has a time."""
-    from autotune_cache import __version__ as tuner_version
+    from autotune_cache.version import __version__ as tuner_version
 
     ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
     if not ok:

@@ -22,6 +22,7 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 from autotune_cache.cache import get_cache
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.foundation.key import CacheKey
+from autotune_cache.foundation.urls import docs_url
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import Resolved
 from autotune_cache.triton import bench as bench_mod
@@ -63,7 +64,7 @@ def _log_cache_results_superseded() -> None:
         said.cache_results = True
         log.debug("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) is "
                   "superseded: tuning results are cached through AUTOTUNE_FLAGS, not in "
-                  "Triton's compile cache (see docs/triton.md)")
+                  "Triton's compile cache (see %s)", docs_url("triton.md"))
 
 
 class Autotuner(_TritonAutotuner):

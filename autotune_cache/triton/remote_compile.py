@@ -44,6 +44,7 @@ from autotune_cache.errors import FlagError
 from autotune_cache.foundation import env
 from autotune_cache.foundation.budget import TimeBudget
 from autotune_cache.foundation.redact import redact
+from autotune_cache.foundation.urls import docs_url
 from autotune_cache.triton import process
 
 if TYPE_CHECKING:
@@ -243,8 +244,8 @@ def _reject(names: list[str]) -> None:
         log.warning("autotune_cache: the remote compile cache on %s holds compiled kernels whose "
                     "authentication tag does not verify under %s (planted by a writer without "
                     "the key, or written with another key), e.g. %s; they are never used, "
-                    "Triton compiles them here (docs/security.md)", redact(str(state.url)),
-                    env.AUTOTUNE_REMOTE_COMPILE_KEY, names[0])
+                    "Triton compiles them here (%s)", redact(str(state.url)),
+                    env.AUTOTUNE_REMOTE_COMPILE_KEY, names[0], docs_url("security.md"))
 
 
 class RedisCompileBackend(RemoteCacheBackend):

@@ -46,6 +46,7 @@ from typing import Any
 from triton.runtime import autotuner as _triton_autotuner
 
 from autotune_cache.config.flags import Settings
+from autotune_cache.foundation.urls import docs_url
 from autotune_cache.triton import classroute
 from autotune_cache.triton.autotuner import Autotuner, autotune
 from autotune_cache.triton.fingerprint import python_function, qualified_name
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 FLAG = "--autotune_all_kernels"
 FIX = (f"import autotune_cache.triton and call install() before importing them, or set "
        f"AUTOTUNE_FLAGS={FLAG} so that it is installed at interpreter start-up "
-       f"(docs/triton.md, \"Third-party kernels\")")
+       f"({docs_url('triton.md')}#third-party-kernels-install-and---autotune_all_kernels)")
 
 # The modules whose `autotune` attribute is Triton's decorator in Triton 3.6 to 3.9; any other
 # triton.* module holding the same function is patched too (see _triton_holders).

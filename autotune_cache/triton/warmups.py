@@ -207,7 +207,7 @@ def _record(state: _Process, jit_fn: Any, spec: str) -> None:
                    configs_fingerprint=WARMUP_CONFIGS,
                    problem={"specialization": hashlib.sha256(spec.encode()).hexdigest()[:16]},
                    device=device, toolchain=chain)
-    from autotune_cache import __version__
+    from autotune_cache.version import __version__
 
     entry = pb.Entry(key=key.to_proto(),
                      result=pb.Result(triton_specialization=spec, tuner_version=__version__))

@@ -23,7 +23,8 @@ PACKAGE = ROOT / "autotune_cache"
 # internal modules of layers 0 to 2 live in one folder per layer (foundation/, config/, store/);
 # the other layers are public modules and subpackages (PUBLIC_ROOT below).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("autotune_cache.errors", "autotune_cache.proto", "autotune_cache.foundation"),
+    ("autotune_cache.errors", "autotune_cache.proto", "autotune_cache.foundation",
+     "autotune_cache.version"),
     ("autotune_cache.config", "autotune_cache.formats"),
     ("autotune_cache.store",),
     ("autotune_cache.tiers", "autotune_cache.resultsets.base", "autotune_cache.resultsets.ours"),
@@ -40,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # module lives in the folder of its layer (docs/decisions/0023-layer-folders.md).
 PUBLIC_ROOT = {
     "__init__", "__main__", "errors", "formats", "cache", "cli", "pytest_plugin", "pytest",
-    "startup", "proto", "tiers", "resultsets", "xla", "report", "triton",
+    "startup", "proto", "tiers", "resultsets", "xla", "report", "triton", "version",
 }
 LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}
 
@@ -73,13 +74,14 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
-def _imports(module: str, path: Path) -> set[str]:
-    """The package modules `module` imports at run time."""
+def _imports(module: str, path: Path, *, type_only: bool = False) -> set[str]:
+    """The package modules `module` imports at run time (and, with `type_only`, in its
+    `if TYPE_CHECKING:` blocks too)."""
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_only:
                 continue
             if isinstance(child, ast.Import):
                 out.update(a.name for a in child.names if a.name.startswith("autotune_cache"))
@@ -96,6 +98,9 @@ def _imports(module: str, path: Path) -> set[str]:
 
 
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+# With the imports only a type checker follows: a cycle there is still two modules that cannot be
+# read, moved or tested one without the other (issue 37).
+FULL_GRAPH = {m: _imports(m, p, type_only=True) for m, p in MODULES.items()}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -126,7 +131,8 @@ def test_a_layer_folder_is_one_layer(folder: str) -> None:
     assert not elsewhere, f"{elsewhere} sit in {folder}/ but LAYERS gives them another layer"
 
 
-def test_no_import_cycle() -> None:
+@pytest.mark.parametrize("graph", [GRAPH, FULL_GRAPH], ids=["run time", "with type-only"])
+def test_no_import_cycle(graph: dict[str, set[str]]) -> None:
     done: set[str] = set()
 
     def walk(module: str, stack: list[str]) -> None:
@@ -135,15 +141,44 @@ def test_no_import_cycle() -> None:
                                                                  module]))
         if module in done:
             return
-        for dep in sorted(GRAPH[module]):
+        for dep in sorted(graph[module]):
             # A package's __init__ is imported before its submodules; edges to the package a
             # module lives in are not cycles.
             if not module.startswith(dep + "."):
                 walk(dep, [*stack, module])
         done.add(module)
 
-    for module in sorted(GRAPH):
+    for module in sorted(graph):
         walk(module, [])
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_its_size_limit() -> None:
+    """A module past MAX_MODULE_LINES does more than one job: split it by role (issue 37)."""
+    large = {m: n for m, p in MODULES.items()
+             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not large, f"{large} are over {MAX_MODULE_LINES} lines; split them by role"
+
+
+THREAD_MAKERS = {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor"}
+
+
+def test_the_triton_engine_makes_its_threads_in_one_place() -> None:
+    """One compile scheduler (triton/scheduler.py) runs every background compile: no other
+    module of autotune_cache/triton builds a thread or a pool (docs/architecture.md)."""
+    sites = []
+    for module, path in MODULES.items():
+        if not module.startswith("autotune_cache.triton"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in THREAD_MAKERS:
+                    sites.append(f"{module}:{node.lineno}")
+    assert [s.rsplit(":", 1)[0] for s in sites] == ["autotune_cache.triton.scheduler"], sites
 
 
 def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
