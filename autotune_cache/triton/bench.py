@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -221,6 +222,76 @@ def halving_stages(benchmark: Benchmark, candidates: int
             stage.method = benchmark.method
             stages.append((stage, keep))
     return stages + final
+
+
+# The final decision among the leaders (docs/decisions/0028-deciding-among-leaders.md): the
+# finalists within TIE_MARGIN of the fastest, timed by the configured benchmark, are the leaders;
+# when there are two or more, each is timed again in DECIDE_ROUNDS interleaved rounds, each round
+# in a rotated order, with the short benchmark SHORT_REGIME (warmup ms, rep ms): bursts below the
+# GPU's power cap, where a test suite runs its kernels, while the configured 100 ms benchmark
+# runs at the cap, as training does. The leader whose worst slowdown over the two regimes is
+# least wins.
+TIE_MARGIN = 0.03
+DECIDE_ROUNDS = 3
+SHORT_REGIME = (5.0, 25.0)
+
+
+def decides(benchmark: Benchmark) -> bool:
+    """Whether a tuning with `benchmark` decides among its leaders: event-timed GPU benchmarks
+    only (not CUDA graphs, the user's do_bench, the interpreter or the fake), whose configured
+    rep is longer than the short regime's."""
+    return (isinstance(benchmark, GpuBenchmark) and not benchmark.use_cuda_graph
+            and benchmark.rep > SHORT_REGIME[1])
+
+
+def short_regime(benchmark: Benchmark) -> Benchmark:
+    """The short benchmark the leaders are timed again with (SHORT_REGIME)."""
+    warmup, rep = SHORT_REGIME
+    short = GpuBenchmark(warmup=warmup, rep=rep)
+    short.method = benchmark.method
+    return short
+
+
+def leaders(times: Mapping[int, float], margin: float = TIE_MARGIN) -> list[int]:
+    """The candidates within `margin` of the fastest of `times`, fastest first."""
+    if not times:
+        return []
+    best = min(times.values())
+    return sorted((i for i, t in times.items() if t <= best * (1 + margin)),
+                  key=lambda i: (times[i], i))
+
+
+def decide(tied: Sequence[int], sustained: Mapping[int, float],
+           time_short: Callable[[int], float], rounds: int = DECIDE_ROUNDS
+           ) -> tuple[int, dict[int, float]]:
+    """The leader among `tied` to keep, and each leader's median time in the short regime.
+
+    Each leader is timed by `time_short(i)` once per round, `rounds` rounds, round r starting at
+    leader r (mod the count), so no leader always runs first after another's heat. A leader
+    whose re-timing raises is out. Each remaining leader's score is its worst slowdown over the
+    two regimes: its median short time over the best median, and its `sustained` time (the
+    configured benchmark's) over the best of those; the least score wins, then the faster
+    sustained time, then the earlier candidate."""
+    short: dict[int, list[float]] = {i: [] for i in tied}
+    out: set[int] = set()
+    for r in range(rounds):
+        for i in [*tied[r % len(tied):], *tied[:r % len(tied)]]:
+            if i in out:
+                continue
+            try:
+                short[i].append(time_short(i))
+            except Exception:  # noqa: BLE001 - this leader cannot be re-timed: not chosen
+                out.add(i)
+    medians = {i: statistics.median(ts) for i, ts in short.items() if i not in out and ts}
+    if not medians:
+        return tied[0], {}
+    best_short = min(medians.values())
+    best_sustained = min(sustained[i] for i in medians)
+
+    def score(i: int) -> tuple[float, float, int]:
+        return (max(medians[i] / best_short, sustained[i] / best_sustained), sustained[i], i)
+
+    return min(medians, key=score), medians
 
 
 def choose_benchmark(*, interpreter: bool, do_bench: Callable[..., Any] | None,

@@ -76,6 +76,16 @@ class Progress:
         outcome = f"{time_ms:.4f} ms" if time_ms is not None else f"failed: {failure[:120]}"
         self._print(f"  [{self.done_count}/{todo}] {config}: {outcome}")
 
+    def decided(self, kept: str, leaders: int, margin: float, short_ms: dict[str, float]
+                ) -> None:
+        """After the leaders the configured benchmark could not separate were timed again in
+        the short regime (bench.decide)."""
+        if self._active():
+            self._header()
+            times = ", ".join(f"{c} {t:.4f} ms" for c, t in short_ms.items())
+            self._print(f"  {leaders} leaders within {margin * 100:g} %, timed again in short "
+                        f"bursts ({times}): kept {kept}")
+
     def finished(self, winner: str, time_ms: float, seconds: float) -> None:
         """After the winner is chosen."""
         if self.header_printed or (self.mode == "always"):

@@ -228,5 +228,27 @@ class KernelTuning:
                                     if not timings[i].failure)
                     survivors = max(bench_mod.MIN_SURVIVORS, math.ceil(len(ranked) / keep))
                     alive = [i for _, i in ranked[:survivors]]
+            if bench_mod.decides(self.benchmark):
+                alive = self._decide(alive, timings, problem)
         completed = sum(1 for i in todo if i not in failures and not timings[i].failure)
         return timings, completed, set(alive), specializations
+
+    def _decide(self, alive: list[int], timings: Mapping[int, pb.Timing],
+                problem: Mapping[str, Any]) -> list[int]:
+        """The finalists that may win once the leaders are decided (bench.decide): the one
+        leader kept, when the configured benchmark left two or more within TIE_MARGIN."""
+        sustained = {i: timings[i].time_ms for i in alive if not timings[i].failure}
+        tied = bench_mod.leaders(sustained)
+        if len(tied) < 2:
+            return alive
+        short = bench_mod.short_regime(self.benchmark)
+        configs = self.configs
+
+        def time_short(i: int) -> float:
+            return short(self._kernel_call(configs[i]), configs[i], problem)[0]
+
+        kept, medians = bench_mod.decide(tied, sustained, time_short)
+        assert self.progress is not None
+        self.progress.decided(describe_config(configs[kept]), len(tied), bench_mod.TIE_MARGIN,
+                              {describe_config(configs[i]): t for i, t in medians.items()})
+        return [kept]

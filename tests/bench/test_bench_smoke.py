@@ -57,6 +57,10 @@ def test_gpu_perf_smoke(tmp_path):
     result = json.loads((out / "gpu_perf.json").read_text())
     summary = result["summary"]
     assert set(summary) >= {"A", "B", "C", "D", "E"}
+    # D in both regimes (issue 38): each pick's short-burst and sustained slowdown
+    for row in result["raw"]["quality"]["shapes"]:
+        ours = row["picks"]["ours"]
+        assert ours["worst_pct"] == max(ours["slowdown_pct"], ours["slowdown_sustained_pct"])
     raw = result["raw"]
     for name in ("ours_cold", "ours_loaded", "winners_only", "ours_warm"):
         assert raw[name]["rc"] == 0 and raw[name]["workload_s"] > 0, name
