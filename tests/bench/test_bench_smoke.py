@@ -101,20 +101,3 @@ def test_process_cost_smoke(tmp_path):
     assert m["inside_ms_median"]["exit_ms"] > 0
     assert m["cost_ms"]["inside_median"] == round(sum(m["runs"]["inside_ms"][0].values()), 1)
     assert "The cache's cost, timed inside the child" in (out / "process_cost.md").read_text()
-
-
-def test_compile_parallelism_smoke(tmp_path):
-    """Triton's real compiler for sm_90 on a CPU, serially, on threads and in processes."""
-    out = tmp_path / "out"
-    run("compile_parallelism.py", out, tmp_path)
-    result = json.loads((out / "compile_parallelism.json").read_text())
-    runs = result["runs"]
-    assert list(runs) == ["serial", "threads", "processes"]
-    assert all(len(r["per_compile_s"]) == result["configs"] == 2 for r in runs.values())
-    assert all(r["failures"] == 0 for r in runs.values()), runs
-    # the listener saw the front end and every lowering stage down to the cubin
-    assert {"ir_initialization", "ttir", "ttgir", "llir", "ptx", "cubin"} <= set(
-        runs["serial"]["stages_s"])
-    assert runs["processes"]["pool_start_s"] > 0
-    rows = table_rows((out / "compile_parallelism.md").read_text())
-    assert [row[0] for row in rows[1:4]] == ["serial", "threads", "processes"]
