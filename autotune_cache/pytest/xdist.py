@@ -32,37 +32,30 @@ from autotune_cache.pytest.summary import (
     add_stats,
     summary_lines,
 )
-from autotune_cache.store.dumpfile import DumpFile
+from autotune_cache.store.dumpfile import DumpFile, merge_run
 
-_KEPT_MARK = "KEPT"  # in the partial dumps' folder of a refused merge: never swept
+_KEPT_MARK = "KEPT"  # in the partial dumps' folder of a dump not written: never swept
 
 
 @dataclass
 class MergeResult:
-    """What merging the workers' partial dumps did."""
+    """What merging the workers' partial dumps did: the entries written, the keys two workers
+    tuned (dumpfile.merge_run kept the faster), or why nothing could be written."""
 
     entries: int = 0
-    conflicts: list[str] = field(default_factory=list)
+    tuned_twice: list[str] = field(default_factory=list)
+    error: str = ""
     partial_files: list[Path] = field(default_factory=list)
 
 
 def merge_partials(files: Sequence[Path]) -> tuple[list[Keyed], MergeResult]:
-    """The union of the workers' dump files, or a refusal when two workers hold different
-    entries for one key (then nothing is written; the files stay for `autotune-cache merge`)."""
-    result = MergeResult(partial_files=list(files))
-    by_digest: dict[str, tuple[bytes, Keyed, Path]] = {}
-    for path in files:
-        for entry in load_results(path):
-            key = CacheKey.from_proto(entry.key)
-            data = entry.SerializeToString(deterministic=True)
-            seen = by_digest.get(key.digest())
-            if seen is None:
-                by_digest[key.digest()] = (data, (key, entry), path)
-            elif seen[0] != data:
-                result.conflicts.append(
-                    f"  {key.kernel} [{key.problem}] on {key.device}: {seen[2].name} and "
-                    f"{path.name} differ")
-    return [pair for _, pair, _ in by_digest.values()], result
+    """The workers' dump files merged by the run's one rule (dumpfile.merge_run: a key two
+    workers tuned differently keeps the faster winner, whichever worker ran which test)."""
+    sources = [[(CacheKey.from_proto(e.key), e) for e in load_results(path)] for path in files]
+    merged, twice = merge_run(sources)
+    return list(merged.values()), MergeResult(
+        tuned_twice=[f"{key.kernel} [{key.problem}] on {key.device}" for key, _ in twice],
+        partial_files=list(files))
 
 
 class XdistControllerPlugin:
@@ -89,10 +82,10 @@ class XdistControllerPlugin:
         self._alive: Liveness | None = None
         if settings.dump_to is not None:
             try:
-                # Beside the dump, so that a refused merge leaves the workers' results where the
+                # Beside the dump, so that a dump not written leaves the workers' results where the
                 # user looks; removed after a successful merge.
                 settings.dump_to.parent.mkdir(parents=True, exist_ok=True)
-                # A killed controller's partial dumps are swept; a refused merge's are kept.
+                # A killed controller's partial dumps are swept; those of a dump not written stay.
                 sweep_dead(settings.dump_to.parent, f".{settings.dump_to.name}.xdist-*",
                            unless=_KEPT_MARK)
                 self.partials = Path(tempfile.mkdtemp(prefix=f".{settings.dump_to.name}.xdist-",
@@ -124,16 +117,16 @@ class XdistControllerPlugin:
         files = sorted(self.partials.glob("*.binpb"))
         try:
             pairs, self.merge = merge_partials(files)
-            if not self.merge.conflicts and self.dump is not None:
+            if self.dump is not None:
                 self.merge.entries = self.dump.close(
                     pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK)
         except (AutotuneCacheError, OSError) as e:
-            self.merge = MergeResult(conflicts=[f"  {e}"], partial_files=files)
+            self.merge = MergeResult(error=str(e), partial_files=files)
         if self._alive is not None:
             self._alive.release()
-        if self.merge.conflicts:
+        if self.merge.error:
             (self.partials / _KEPT_MARK).write_text(
-                "the xdist workers' partial dumps of a refused merge; merge them with "
+                "the xdist workers' partial dumps of a dump that was not written; merge them with "
                 "`autotune-cache merge`, then remove this folder\n", encoding="utf-8")
             if self.dump is not None:
                 self.dump.abandon()
@@ -153,22 +146,25 @@ class XdistControllerPlugin:
         if self.merge is None:
             return
         dump = self.settings.dump_to
-        if self.merge.conflicts:
+        if self.merge.error:
             files = " ".join(shlex.quote(str(p)) for p in self.merge.partial_files)
+            tr.write_line(f"dump NOT WRITTEN: {self.merge.error}", red=True)
             tr.write_line(
-                f"dump REFUSED: the xdist workers recorded different results for the same key, "
-                f"so {dump} would depend on which worker ran which test:", red=True)
-            for line in self.merge.conflicts:
-                tr.write_line(line, red=True)
-            tr.write_line(
-                "Give the workers a shared --autotune-cache-dir in update mode (each key is then "
-                "tuned once), or run the dump with -n 0. The workers' results are kept; merge "
-                f"them by hand with:\n  autotune-cache merge {files} -o {shlex.quote(str(dump))} "
-                "--on-conflict=fastest", red=True)
+                "The workers' results are kept; fix the cause above, then merge them with:\n"
+                f"  autotune-cache merge {files} -o {shlex.quote(str(dump))} --on-conflict=fastest",
+                red=True)
         else:
+            twice = self.merge.tuned_twice
             tr.write_line(f"dump: wrote {self.merge.entries} entries to {dump} (merged from "
                           f"{len(self.merge.partial_files)} xdist workers)"
                           + _kept_note(self.dump.kept if self.dump is not None else 0))
+            if twice:
+                shown = "; ".join(twice[:5]) + (f"; and {len(twice) - 5} more"
+                                                if len(twice) > 5 else "")
+                tr.write_line(
+                    f"{len(twice)} key(s) were tuned by more than one worker, with different "
+                    f"results; the dump keeps the faster winner of each: {shown}. Give the "
+                    "workers a shared --autotune-cache-dir in update mode to tune each key once.")
         if self.settings.dump_to is not None and self.settings.require_complete:
             tr.write_line(_STRICT_OFF_NOTE)
 

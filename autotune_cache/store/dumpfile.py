@@ -13,8 +13,9 @@ produces, and a process never waits on another process's lock to record an entry
 
 - A file at the dump path that is not a results file is refused when the run starts, in every
   mode, and never overwritten.
-- Members' entries that differ on one key: the root's own entry wins, else the partial written
-  last; each such key is logged.
+- Two processes of one run that recorded different entries for one key (each tuned it): the
+  dump keeps the faster winner (`merge_run`, the run's one rule, which the pytest-xdist merge
+  uses too); each such key is logged, and counted in `tuned_twice`.
 - Merge mode reads, merges and replaces the file under one lock, kept in a directory no other
   account can take (locking.private_lock_dir: under the home directory), never next to the
   dump, so nothing is left beside a committed file; a change made by another run since this
@@ -65,6 +66,35 @@ _OUTER = "outer"  # ... and the one naming the run it was started inside ('' for
 _SNAPSHOT = "snapshot"  # the dump path's file as the run found it (a hard link, else a copy)
 _BROKEN = "broken"  # the broken results file the run replaces: why (members skip loading it)
 RUN_PREFIX = "autotune-dump-run-"
+
+
+def _preferred(a: Keyed, b: Keyed) -> Keyed:
+    """Of two entries one run recorded for one key: the faster winner, then the earlier tuning,
+    then the smaller encoding: a choice that depends on the entries alone, never on which
+    process ran which test or finished first (as `autotune-cache merge --on-conflict=fastest`)."""
+    def rank(pair: Keyed) -> tuple[float, str, bytes]:
+        result = pair[1].result
+        return (result.time_ms, result.tuned_at, pair[1].SerializeToString(deterministic=True))
+
+    return min(a, b, key=rank)
+
+
+def merge_run(sources: Iterable[Iterable[Keyed]]) -> tuple[dict[str, Keyed], list[Keyed]]:
+    """The entries of one run's processes, merged: by key digest, and the keys two processes
+    recorded differently (each kept as `_preferred` decides). The one rule for merging a run,
+    written once: DumpFile (a run's subprocesses) and the pytest-xdist merge use it."""
+    merged: dict[str, Keyed] = {}
+    twice: dict[str, Keyed] = {}
+    for pairs in sources:
+        for pair in pairs:
+            digest = pair[0].digest()
+            earlier = merged.get(digest)
+            if earlier is None:
+                merged[digest] = pair
+            elif earlier[1] != pair[1]:
+                merged[digest] = _preferred(earlier, pair)
+                twice[digest] = merged[digest]
+    return merged, list(twice.values())
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -154,6 +184,7 @@ class DumpFile:
         self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
         self.kept = 0  # entries close(keep_existing=True) kept from the file's old ones
+        self.tuned_twice = 0  # keys two processes of the run tuned (merge_run kept the faster)
         self.broken = ""  # why the file at the dump path is a broken results file (replaced)
         self._alive: Liveness | None = None
         if self.is_root:
@@ -247,9 +278,12 @@ class DumpFile:
                 return 0
             if self.merge and self._base_changed():
                 self._base = read_existing(self.path, self.flag)
-            merged = dict(self._base)
-            merged.update(self._member_entries(own))
-            merged.update(own)
+            run, twice = merge_run([self._member_entries(), own.values()])
+            self.tuned_twice = len(twice)
+            for key, _ in twice:
+                log.info("autotune_cache: two processes of this dump run tuned %s; the dump "
+                         "keeps the faster winner", key.describe())
+            merged = {**self._base, **run}
             if keep_existing and not self.merge:
                 old = self._committed()
                 self.kept = len(old.keys() - merged.keys())
@@ -288,7 +322,7 @@ class DumpFile:
             self._alive.release()
 
     def abandon(self) -> None:
-        """End the run without writing the dump file (the root), e.g. after a refused merge."""
+        """End the run without writing the dump file (the root): the xdist merge failed."""
         self._closed = True
         if self.is_root:
             self._end_run()
@@ -316,9 +350,9 @@ class DumpFile:
         re-reads it under the lock: another run may have merged into it meanwhile)."""
         return _identity(self.path) != self._base_identity
 
-    def _member_entries(self, own: dict[str, Keyed]) -> dict[str, Keyed]:
-        """Every member's entries, re-reading only partial files that changed; a key two
-        processes recorded differently is logged (the root's entry, else the newest, wins)."""
+    def _member_entries(self) -> list[Keyed]:
+        """Every member's entries, oldest partial first, re-reading only partial files that
+        changed; kept after the run directory is removed."""
         for path in sorted(self.run_dir.glob("p-*.binpb")):
             identity = _identity(path)
             known = self._members.get(path)
@@ -330,18 +364,9 @@ class DumpFile:
                 log.warning("autotune_cache: skipping a damaged partial dump: %s", e)
                 continue
             self._members[path] = (identity, entries)
-        merged: dict[str, Keyed] = {}
-        # Oldest partial first, so the newest wins; kept after the run directory is removed.
-        for _, (_, entries) in sorted(self._members.items(),
-                                      key=lambda kv: ((kv[1][0] or (0, 0, 0))[2], kv[0].name)):
-            for digest, pair in entries.items():
-                earlier = merged.get(digest) or own.get(digest)
-                if earlier is not None and earlier[1] != pair[1]:
-                    log.info("autotune_cache: two processes of this dump run recorded different "
-                             "results for %s; the dump keeps %s", pair[0].describe(),
-                             "this process's" if digest in own else "the newest")
-                merged[digest] = pair
-        return merged
+        ordered = sorted(self._members.items(),
+                         key=lambda kv: ((kv[1][0] or (0, 0, 0))[2], kv[0].name))
+        return [pair for _, (_, entries) in ordered for pair in entries.values()]
 
     @contextlib.contextmanager
     def _merge_lock(self, *, wait: bool = True) -> Iterator[bool]:

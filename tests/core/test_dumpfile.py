@@ -11,6 +11,7 @@ from autotune_cache.config.flags import parse_flags
 from autotune_cache.errors import CacheDirError, FlagError
 from autotune_cache.formats import load_results, save_results
 from autotune_cache.foundation import env
+from autotune_cache.store.dumpfile import merge_run
 from tests.cachetools import fake_tune, make_key
 
 
@@ -113,3 +114,40 @@ def test_a_run_to_another_path_is_its_own_run(tmp_path):
     assert problems(tmp_path / "a.textproto") == [("M=1", "src1")]
     assert problems(tmp_path / "b.textproto") == [("M=2", "src1")]
     assert env.dump_run() == ""
+
+
+def _tuned(key, time_ms: float, tuned_at: str = "2026-11-29T10:00:00Z"):
+    entry = fake_tune(key)
+    entry.result.time_ms = time_ms
+    entry.result.tuned_at = tuned_at
+    return entry
+
+
+def test_a_key_two_processes_tuned_keeps_the_faster_winner_whoever_is_root(tmp_path):
+    """The run's one merge rule (dumpfile.merge_run, which the pytest-xdist merge uses too):
+    the faster winner, whichever process recorded it or wrote last."""
+    key = make_key(problem={"M": 7})
+    for root_ms, member_ms in ((2.0, 1.0), (1.0, 2.0)):
+        dump = tmp_path / f"dump-{root_ms}.textproto"
+        root = Cache(Settings(dump_to=dump))
+        root.record(_tuned(key, root_ms))
+        member = Cache(Settings(dump_to=dump))
+        member.record(_tuned(key, member_ms))
+        member.close()
+        root.close()
+        [entry] = load_results(dump)
+        assert entry.result.time_ms == 1.0
+        assert root._dump is not None and root._dump.tuned_twice == 1
+
+
+def test_the_merge_rule_depends_on_the_entries_alone():
+    key, other = make_key(problem={"M": 1}), make_key(problem={"M": 2})
+    slow, fast = _tuned(key, 2.0), _tuned(key, 1.0)
+    early, late = _tuned(key, 1.0, "2026-11-29T09:00:00Z"), _tuned(key, 1.0)
+    for sources in ([[(key, slow)], [(key, fast)]], [[(key, fast)], [(key, slow)]]):
+        merged, twice = merge_run(sources)
+        assert merged[key.digest()][1] is fast and [k for k, _ in twice] == [key]
+    assert merge_run([[(key, late)], [(key, early)]])[0][key.digest()][1] is early
+    same = fake_tune(other)
+    merged, twice = merge_run([[(other, same)], [(other, fake_tune(other))]])
+    assert twice == [] and len(merged) == 1  # the same entry twice is no conflict

@@ -302,24 +302,21 @@ def test_xdist_dump_merges_every_worker_deterministically(suite):
     assert [p.name for p in suite.path.iterdir() if ".xdist-" in p.name] == []  # cleaned up
 
 
-def test_xdist_dump_refuses_different_results_for_one_key(suite, monkeypatch):
+def test_xdist_dump_keeps_the_faster_of_two_workers_tunings_of_one_key(suite, monkeypatch):
+    """Both workers tune every key (read mode: no shared tuning), with noise: the dump is written
+    (the run's one merge rule, dumpfile.merge_run), and the summary names the keys tuned twice."""
     monkeypatch.setenv("FAKE_KERNEL_NOISE", "1")
     monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_cache_mode=read")  # no shared tuning lock
     dump = suite.path / "dump.textproto"
     result = run(suite, "-n", "2", "--dist", "each", f"--autotune-dump={dump}")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines([
-        "dump REFUSED: the xdist workers recorded different results for the same key, so "
-        f"{dump} would depend on which worker ran which test:",
-        "  matmul [[]N=512,x=float16[]] on NVIDIA H200 / sm_90 / 132 SMs: gw0.binpb and "
-        "gw1.binpb differ",
-        "Give the workers a shared --autotune-cache-dir *",
-        "  autotune-cache merge *gw0.binpb *gw1.binpb -o * --on-conflict=fastest",
+        f"dump: wrote 3 entries to {dump} (merged from 2 xdist workers)",
+        "* key(s) were tuned by more than one worker, with different results; the dump keeps "
+        "the faster winner of each: *matmul [[]N=512,x=float16[]] on NVIDIA H200*",
     ])
-    assert not dump.exists()
-    partials = suite.path.glob(".dump.textproto.xdist-*/*.binpb")
-    kept = sorted(p.name for p in partials)
-    assert kept == ["gw0.binpb", "gw1.binpb"]  # nothing tuned is lost
+    assert len(load_results(dump)) == 3
+    assert list(suite.path.glob(".dump.textproto.xdist-*")) == []  # merged: nothing left over
 
 
 def test_xdist_load_with_a_shared_cache_dir(suite):
