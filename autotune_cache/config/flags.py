@@ -302,9 +302,54 @@ def parse_flags(text: str, env: Mapping[str, str] | None = None) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+# A flag two sources both set with different values: (its name, the first's token, the
+# second's) -> the error to raise, worded for where the two sources come from.
+Clash = Callable[[str, str, str], Exception]
+
+
+def _same_value(a: object, b: object) -> bool:
+    """Equal settings values; paths compare by where they point, not how they are spelt."""
+    if isinstance(a, Path) and isinstance(b, Path):
+        return a == b or a.resolve() == b.resolve()
+    return a == b
+
+
+def combine_flags(first: str, second: str, env: Mapping[str, str], clash: Clash) -> str:
+    """Two sources of flags as one AUTOTUNE_FLAGS text, `first` then `second`: the one way the
+    package combines configuration sources (the user's variable with the Bazel macro's, or with
+    the pytest plugin's options). The files to load add up (a file both name is loaded once,
+    where `first` names it); any other flag both set must mean the same value (then `first`'s
+    token stands), or `clash(name, first's token, second's token)` is raised. Each source must
+    parse on its own (FlagError otherwise)."""
+    if not second.strip():
+        return first
+    if not first.strip():
+        return second
+    theirs = {name: token for token, name, _ in split_flags(first)}
+    loaded = set(parse_flags(first, env).load_from)
+    kept: list[str] = []
+    for token, name, _ in split_flags(second):
+        flag = _BY_NAME.get(name)
+        if flag is not None and flag.field == "load_from":
+            new = [p for p in dict.fromkeys(parse_flags(token, env).load_from)
+                   if p not in loaded]
+            if new:
+                kept.append(f"--{name}=" + ",".join(str(p) for p in new))
+            continue
+        if flag is not None and name in theirs:
+            field_name = flag.field
+            mine = getattr(parse_flags(token, env), field_name)
+            if not _same_value(getattr(parse_flags(theirs[name], env), field_name), mine):
+                raise clash(name, theirs[name], token)
+            continue  # the same value, maybe spelt otherwise: given once
+        kept.append(token)
+    return " ".join([first.strip(), *map(shlex.quote, kept)]).strip()
+
+
 def flags_text(env: Mapping[str, str] | None = None) -> str:
     """The flags that apply: the user's AUTOTUNE_FLAGS, then the flags the autotuned_py_test
-    macro set in RULES_AUTOTUNE_MACRO_FLAGS (so the committed cache loads last and wins a key).
+    macro set in RULES_AUTOTUNE_MACRO_FLAGS (so the committed cache loads last and wins a key),
+    combined by combine_flags.
 
     They live in two variables so that `bazel test --test_env=AUTOTUNE_FLAGS=...` adds flags
     instead of replacing the macro's (which would silently switch the committed cache off). A
@@ -312,25 +357,16 @@ def flags_text(env: Mapping[str, str] | None = None) -> str:
     flag that adds up.
     """
     env = environment.environ() if env is None else env
-    user, macro = env.get(ENV_VAR, ""), env.get(MACRO_ENV_VAR, "")
-    if not macro.strip():
-        return user
-    if not user.strip():
-        return macro
-    macro_tokens = {name: token for token, name, _ in split_flags(macro)}
-    for token, name, _ in split_flags(user):
-        flag = _BY_NAME.get(name)
-        if flag is None or flag.field == "load_from" or name not in macro_tokens:
-            continue
-        theirs = macro_tokens[name]
-        if parse_flags(token, env) != parse_flags(theirs, env):
-            raise FlagError(redact(
-                f"--{name} is set twice, differently: {ENV_VAR} has {token!r} (from the "
-                f"environment, e.g. bazel test --test_env={ENV_VAR}=...) and the "
-                f"autotuned_py_test target has {theirs!r} ({MACRO_ENV_VAR}, from its cache, "
-                "require_complete and env attributes, or its .dump mode). Both would have to "
-                f"apply: drop --{name} from {ENV_VAR}, or change the target's attributes."))
-    return f"{user} {macro}"
+
+    def clash(name: str, token: str, theirs: str) -> Exception:
+        return FlagError(redact(
+            f"--{name} is set twice, differently: {ENV_VAR} has {token!r} (from the "
+            f"environment, e.g. bazel test --test_env={ENV_VAR}=...) and the "
+            f"autotuned_py_test target has {theirs!r} ({MACRO_ENV_VAR}, from its cache, "
+            "require_complete and env attributes, or its .dump mode). Both would have to "
+            f"apply: drop --{name} from {ENV_VAR}, or change the target's attributes."))
+
+    return combine_flags(env.get(ENV_VAR, ""), env.get(MACRO_ENV_VAR, ""), env, clash)
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:

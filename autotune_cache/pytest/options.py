@@ -8,7 +8,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from autotune_cache.config.flags import (
     ENV_VAR,
     FLAGS,
     Settings,
+    combine_flags,
     flags_text,
     parse_flags,
     split_flags,
@@ -130,18 +130,18 @@ def _option_error(option: Option, value: object, error: Exception) -> pytest.Usa
 def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = None
                      ) -> tuple[Settings, str]:
     """Settings from AUTOTUNE_FLAGS combined with the plugin options `values` (keyed by dest),
-    and the combined flags as one AUTOTUNE_FLAGS string (for messages). Raises
-    pytest.UsageError for a bad value or a conflict."""
+    and the combined flags as one AUTOTUNE_FLAGS string (for messages): the options are their
+    twins' flags, after AUTOTUNE_FLAGS (config/flags.py combine_flags, the one way sources
+    combine). Raises pytest.UsageError for a bad value or a conflict."""
     env = autotune_env.environ() if env is None else env
     try:
         # AUTOTUNE_FLAGS and, under Bazel, the macro's RULES_AUTOTUNE_MACRO_FLAGS.
         env_text = flags_text(env)
-        env_settings = parse_flags(env_text, env)
+        parse_flags(env_text, env)
     except AutotuneCacheError as e:
         raise pytest.UsageError(str(e)) from None
-    env_given = {name for name, _ in _flag_tokens(env_text)}
-    changes: dict[str, Any] = {}
-    option_tokens: list[str] = []
+    tokens: list[str] = []
+    given: dict[str, tuple[Option, object]] = {}
     for option in OPTIONS:
         value = values.get(option.dest)
         if isinstance(value, (list, tuple)):
@@ -150,40 +150,22 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
             continue
         token = f"--{option.twin}" if value is True else f"--{option.twin}={value}"
         try:
-            mine = getattr(parse_flags(token, env), _TWIN_FIELD[option.twin])
+            parse_flags(token, env)
         except AutotuneCacheError as e:
             raise _option_error(option, value, e) from None
-        field_name = _TWIN_FIELD[option.twin]
-        theirs = getattr(env_settings, field_name)
-        if field_name == "load_from":
-            # Files AUTOTUNE_FLAGS already loads are not loaded twice; the token names only the
-            # new ones, so that the combined text means exactly these settings.
-            new = [p for p in dict.fromkeys(mine) if p not in theirs]
-            mine = (*theirs, *new)
-            if not new:
-                changes[field_name] = mine
-                continue
-            token = f"--{option.twin}=" + ",".join(str(p) for p in new)
-        elif option.twin in env_given and not _same(theirs, mine):
-            shown = "true" if value is True else value
-            their_text = next((f"--{n}" + (f"={v}" if v is not None else "")
-                               for n, v in reversed(_flag_tokens(env_text)) if n == option.twin))
-            raise pytest.UsageError(
-                f"{option.name}={shown} conflicts with {ENV_VAR} {their_text}: both set "
-                f"--{option.twin}. Give it in one place only (or the same value in both)."
-            )
-        changes[field_name] = mine
-        option_tokens.append(shlex.quote(token))
-    combined_text = " ".join(t for t in (env_text.strip(), " ".join(option_tokens)) if t)
-    settings = replace(env_settings, **changes)
+        tokens.append(shlex.quote(token))
+        given[option.twin] = (option, value)
+
+    def clash(name: str, theirs: str, token: str) -> Exception:
+        option, value = given[name]
+        shown = "true" if value is True else value
+        return pytest.UsageError(
+            f"{option.name}={shown} conflicts with {ENV_VAR} {theirs}: both set --{name}. "
+            "Give it in one place only (or the same value in both).")
+
+    combined_text = combine_flags(env_text, " ".join(tokens), env, clash)
+    settings = parse_flags(combined_text, env)
     # Relative paths are resolved once, now: a test that chdirs must not move them.
     return replace(settings, load_from=tuple(p.absolute() for p in settings.load_from),
                    cache_dir=settings.cache_dir and settings.cache_dir.absolute(),
                    dump_to=settings.dump_to and settings.dump_to.absolute()), combined_text
-
-
-def _same(a: object, b: object) -> bool:
-    """Equal settings values; paths compare by where they point, not how they are spelt."""
-    if isinstance(a, Path) and isinstance(b, Path):
-        return a == b or a.resolve() == b.resolve()
-    return a == b
