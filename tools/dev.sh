@@ -94,7 +94,50 @@ sys.exit(triton.__version__ != '$TRITON_LATEST' or torch.__file__.startswith('$v
     printf 'import site; site.addsitedir(%s)\n' "'$main_site'" > "$site/zz_main_venv.pth"
     "$PY" -m pip install -q --no-deps --target "$site" "triton==$TRITON_LATEST"
   fi
-  (cd "$ROOT" && "$venv/bin/python" -m pytest -ra -n auto -p no:cacheprovider tests/triton)
+  # -u: its "N workers [M items]" line reaches package_beside's log at once.
+  (cd "$ROOT" && "$venv/bin/python" -u -m pytest -ra -n auto -p no:cacheprovider tests/triton)
+}
+
+# The packaging checks run beside the Triton matrix: they are one pytest process (a build, a pip
+# install into a fresh venv, mypy), about one core of two for ~90 s, and the matrix leaves about
+# a third of two cores idle (~190 CPU-s in 134 s). They start once the matrix's xdist workers
+# have collected: their build rewrites autotune_cache.egg-info in the checkout, which a pytest
+# process started in the checkout reads its plugins from, and the matrix starts no other pytest.
+PACKAGE_STAGE="package: build, twine check, wheel in a fresh venv, mypy --strict"
+PACKAGE_PID=""
+PACKAGE_OUT=""
+package_beside() {  # $1: the log whose "N workers [M items]" line starts the checks
+  PACKAGE_OUT="$(mktemp -t dev-package.XXXXXX)"
+  (
+    for _ in $(seq 1200); do
+      grep -qE '^[0-9]+ workers \[' "$1" 2>/dev/null && break
+      sleep 0.5
+    done
+    date +%s >"$PACKAGE_OUT.start"
+    exec "$PY" -m pytest -ra -p no:cacheprovider -m package tests/packaging \
+      </dev/null >"$PACKAGE_OUT" 2>&1
+  ) &
+  PACKAGE_PID=$!
+}
+package_result() {  # prints the checks' output and time; fails as their pytest failed
+  local rc=0
+  wait "$PACKAGE_PID" || rc=$?
+  PACKAGE_PID=""
+  cat "$PACKAGE_OUT"
+  local took=$(( $(date +%s) - $(cat "$PACKAGE_OUT.start") ))
+  rm -f "$PACKAGE_OUT" "$PACKAGE_OUT.start"
+  if [ "$rc" -ne 0 ]; then
+    log "stage '$PACKAGE_STAGE' FAILED after $took s (beside the Triton tests)"
+    return "$rc"
+  fi
+  log "stage '$PACKAGE_STAGE': $took s (beside the Triton tests)"
+}
+triton_latest_tests_beside_package() {
+  local matrix_log
+  matrix_log="$(mktemp -t dev-matrix.XXXXXX)"
+  package_beside "$matrix_log"
+  triton_latest_tests 2>&1 | tee "$matrix_log"
+  rm -f "$matrix_log"
 }
 
 # Runs "$@" as a named stage and prints how long it took; a failing stage is reported by the
@@ -109,7 +152,8 @@ stage() {
   log "stage '$STAGE_NAME': $((SECONDS - STAGE_START)) s"
   STAGE_NAME=""
 }
-trap '[ -z "$STAGE_NAME" ] || log "stage '"'"'$STAGE_NAME'"'"' FAILED after $((SECONDS - STAGE_START)) s"' EXIT
+trap '[ -z "$STAGE_NAME" ] || log "stage '"'"'$STAGE_NAME'"'"' FAILED after $((SECONDS - STAGE_START)) s"
+      [ -z "$PACKAGE_PID" ] || kill "$PACKAGE_PID" 2>/dev/null || true' EXIT
 
 cmd="${1:-}"
 shift || true
@@ -120,9 +164,17 @@ case "$cmd" in
     stage setup setup
     stage lint lint
     cd "$ROOT"
-    # Byte-compile the checkout once: where PYTHONDONTWRITEBYTECODE is set (CI images often set
-    # it) nothing writes bytecode, and each of the suite's ~850 Python processes would compile
-    # the modules it imports from source again (about 45 ms per process that imports the package).
+    # The tests write bytecode, as on a developer's machine, even where the CI image sets
+    # PYTHONDONTWRITEBYTECODE: pytest caches its assertion-rewritten modules only where bytecode
+    # may be written, and it rewrites every module of a distribution that registers a pytest
+    # plugin (hypothesis, autotune_cache, xdist). Without the cache every pytest process of the
+    # suite (pytester runs, their xdist workers, the wrapper's, Bazel's and the third-party
+    # pytest runs) rewrote hypothesis from source at its terminal summary: 2.7 CPU-s for an
+    # empty `pytest --co` against 1.1 with the cache; tests/pytest_plugin/test_pytest_plugin.py
+    # 90 s -> 43 s, tests/rules 39 s -> 21 s. Tests that must not write bytecode set it.
+    unset PYTHONDONTWRITEBYTECODE
+    # Byte-compile the checkout once, in parallel, before the suite's processes would each
+    # compile what they import first.
     "$PY" -m compileall -q -j 0 autotune_cache tests bench tools examples >/dev/null
     log "running the test suite"
     if [ $# -eq 0 ]; then
@@ -131,10 +183,9 @@ case "$cmd" in
       stage "test suite (Triton $("$PY" -c 'import triton; print(triton.__version__)'))" \
         "$PY" -m pytest -ra -n auto -m "not package"
       # The packaging checks (sdist, wheel, a fresh venv) and the version matrix run on a full
-      # run only, not when pytest arguments pick tests.
-      stage "package: build, twine check, wheel in a fresh venv, mypy --strict" \
-        "$PY" -m pytest -ra -p no:cacheprovider -m package tests/packaging
-      stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests
+      # run only, not when pytest arguments pick tests; side by side (package_beside).
+      stage "Triton tests with Triton $TRITON_LATEST" triton_latest_tests_beside_package
+      package_result
     else
       stage "tests" "$PY" -m pytest -ra "$@"
     fi
