@@ -36,4 +36,4 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     try:
         yield ws
     finally:
-        ws.shutdown()
+        ws.release()

@@ -36,7 +36,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     try:
         yield ws
     finally:
-        ws.shutdown()
+        ws.release()
 
 
 @pytest.mark.bazel

@@ -88,7 +88,7 @@ def user_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspa
     try:
         yield ws
     finally:
-        ws.shutdown()
+        ws.release()
 
 
 @pytest.mark.bazel

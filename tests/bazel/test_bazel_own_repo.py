@@ -40,7 +40,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     try:
         yield ws
     finally:
-        ws.shutdown()
+        ws.release()
 
 
 def test_bazel_build_everything_in_the_ruleset_repository(clone: Workspace) -> None:
