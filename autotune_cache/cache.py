@@ -22,19 +22,19 @@ from autotune_cache.errors import (
     FlagError,
     MissingResultError,
 )
-from autotune_cache.formats import Keyed
 from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.validate import entry_problem, warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store import wording
 from autotune_cache.store.dumpfile import DumpFile
+from autotune_cache.store.dumprun import DumpRun
 from autotune_cache.store.stats import Stats
 from autotune_cache.store.tuning import (
     Resolved,
     Tune,
     TuneJob,
     build_entry,
-    config_text,
     recorded_timings,
     reusable_timings,
 )
@@ -92,11 +92,8 @@ class Cache:
         self.settings = settings or Settings()
         self.stats = Stats()
         self._lock = threading.RLock()
-        self._used: dict[str, Keyed] = {}
-        self._dump_dirty = False
         self._listeners: list[LookupListener] = []
         self._near_memo: dict[str, list[Found]] = {}  # a missed key's near misses (lookup)
-        self._finishers: list[Callable[[], None]] = []
         if self.settings.dump_merge and self.settings.dump_to is None:
             raise FlagError(
                 "--autotune_dump_merge keeps a dump file's earlier entries, but no dump is "
@@ -125,6 +122,7 @@ class Cache:
         if self.settings.dump_to is not None:
             _check_writable_parent(self.settings.dump_to, "--dump_autotune_results_to")
             self._dump = DumpFile(self.settings.dump_to, merge=self.settings.dump_merge)
+        self.dump_run = DumpRun(self._dump)
         # An in-place regen (load F, dump F) loads F as the run found it (DumpFile.load_path).
         # A broken results file a regen replaces is not loaded (DumpFile.skips_load).
         loads = [p for p in self.settings.load_from
@@ -265,43 +263,15 @@ class Cache:
 
     def missing_message(self, key: CacheKey, near: list[Found],
                         candidates: Sequence[pb.Config] | None = None) -> str:
-        """The require_complete error: what is missing, what is stale (in the summary's words:
-        a changed candidate list is not "stale"), which candidates are new, how to
-        regenerate."""
-        sources = [s for tier in self.tiers for s in tier.searched()]
-        stale = [f for f in near if key.is_stale(f.key)]
-        why = (" (the cache is stale)" if stale
-               else " (the kernel's candidate list changed)" if near else "")
-        lines = [
-            f"autotune_cache: no tuned result for {key.kernel} [{key.problem}]{why}",
-            f"  kernel:    {key.kernel}",
-            f"  problem:   {key.problem}",
-            f"  device:    {key.device}",
-            f"  toolchain: {key.toolchain_str}",
-            f"and {self.require_flag} forbids tuning it here.",
-            f"Searched: {', '.join(sources) or 'nothing (no results loaded)'}.",
-        ]
-        if near:
-            lines.append(("The cache is stale: it" if stale else "The cache") +
-                         " has this kernel and problem only for")
-            for f in near[:10]:
-                lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {f.origin})")
-        added = _new_candidates(candidates, [f for f in near if f not in stale])
-        if added:
-            shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5
-                                             else "")
-            lines.append(f"New candidate(s) since it was tuned: {shown}; a regen benchmarks "
-                         "only these, reusing the recorded timings of the others.")
-        lines.append(self.regen_line())
-        return "\n".join(lines)
+        """The require_complete error (store/wording.py), naming every source searched."""
+        return wording.missing_message(
+            key, near, candidates, searched=[s for tier in self.tiers for s in tier.searched()],
+            require_flag=self.require_flag, regen=self.regen_line())
 
     def regen_line(self) -> str:
         """How to regenerate the cache: the runner's command (the Bazel macro's regen target)
-        or the dump advice. A regen replaces a broken committed file (dumpfile.py)."""
-        hint = regen_hint()
-        if hint:
-            return f"Regenerate the cache with:\n  {hint}"
-        return f"Regenerate the cache by {self.dump_advice}."
+        or the dump advice (store/wording.py)."""
+        return wording.regen_line(regen_hint(), self.dump_advice)
 
     def loaded_entries(self, kernel: str, *, max_entries: int, max_unparsed_bytes: int
                        ) -> list[tuple[CacheKey, pb.Entry]]:
@@ -423,65 +393,33 @@ class Cache:
     def record_warmup(self, key: CacheKey, entry: pb.Entry) -> None:
         """Keep a warm-up entry (triton/warmups.py) for the dump, and only there: it is written
         with the next tuning or at exit, and never offered to a shared tier."""
-        with self._lock:
-            if self.settings.dump_to is not None and key.digest() not in self._used:
-                self._used[key.digest()] = (key, entry)
-                self._dump_dirty = True
-                self.stats.warmup_recorded()
+        if self.dump_run.add_warmup(key, entry):
+            self.stats.warmup_recorded()
 
     def _mark_used(self, key: CacheKey, entry: pb.Entry) -> None:
-        if self.settings.dump_to is not None:
-            self._used[key.digest()] = (key, entry)
-            self._dump_dirty = True
+        self.dump_run.use(key, entry)
 
     def flush_dump(self) -> None:
-        """Write this process's entries to the dump now if they changed since the last write
-        (dumpfile.py: the root process writes the file, others their part of the run)."""
-        with self._lock:
-            if self._dump is not None and self._dump_dirty:
-                self._dump.write(self._used.values())
-                self._dump_dirty = False
+        """Write this process's entries to the dump now if they changed (store/dumprun.py)."""
+        self.dump_run.flush()
 
     def before_final_dump(self, finisher: Callable[[], None]) -> None:
         """Run `finisher` once, right before the dump's final write (finish_dump: pytest's
-        session end, or process exit), in the order registered; registering it again is a
-        no-op. It may still record entries: the deferred tunings of a dump run do."""
-        with self._lock:
-            if finisher not in self._finishers:
-                self._finishers.append(finisher)
-
-    def _run_finishers(self) -> None:
-        """Run (and forget) the registered finishers. Every one runs even when one fails; the
-        first failure is raised afterwards, so what the others record is still dumped."""
-        with self._lock:
-            finishers, self._finishers = self._finishers, []
-        failure: BaseException | None = None
-        for finisher in finishers:
-            try:
-                finisher()
-            except Exception as e:  # noqa: BLE001 - raised below, after the others ran
-                failure = failure or e
-        if failure is not None:
-            self.flush_dump()  # what the others recorded is kept
-            raise failure
+        session end, or process exit); see DumpRun.before_final."""
+        self.dump_run.before_final(finisher)
 
     def finish_dump(self, *, failed: bool = False) -> int:
-        """The dump's last write (an empty run's dump is still written), after the finishers
-        (before_final_dump); the number of entries the dump holds. Later lookups are not
-        dumped. `failed`: the run failed (a runner knows: pytest's exit status, the test's),
-        so the entries the file held before that this run did not reproduce are kept
-        (DumpFile.close); a passing run's dump holds exactly its own entries."""
-        self._run_finishers()
-        with self._lock:
-            if self._dump is None:
-                return 0
-            self._dump_dirty = False
-            return self._dump.close(self._used.values(), keep_existing=failed)
+        """The dump's last write, after the finishers (before_final_dump); the number of
+        entries the dump holds. Later lookups are not dumped. `failed`: the run failed (a
+        runner knows: pytest's exit status, the test's), so the entries the file held before
+        that this run did not reproduce are kept (DumpFile.close); a passing run's dump holds
+        exactly its own entries."""
+        return self.dump_run.finish(failed=failed)
 
     @property
     def dump_kept(self) -> int:
         """How many entries the last finish_dump kept from the file because the run failed."""
-        return self._dump.kept if self._dump is not None else 0
+        return self.dump_run.kept
 
     def note_bypassed(self) -> None:
         """Count, in the stats, the loaded entries of kernels that stayed on Triton's own
@@ -508,16 +446,6 @@ class Cache:
             return
         with tier.lock(key, timeout) as held:
             yield held
-
-
-def _new_candidates(candidates: Sequence[pb.Config] | None, near: Sequence[Found]) -> list[str]:
-    """The candidates (as config text) that none of the near misses with the same source,
-    device and toolchain recorded a timing for: what a candidate-list change added."""
-    if not candidates or not near:
-        return []
-    recorded = {config_text(t.config) for f in near for t in f.entry.result.candidates}
-    return [text for text in dict.fromkeys(config_text(c) for c in candidates)
-            if text not in recorded]
 
 
 _cache: Cache | None = None
