@@ -38,7 +38,7 @@ from autotune_cache.store.tuning import (
     recorded_timings,
     reusable_timings,
 )
-from autotune_cache.tiers import Found, MemoryTier, Tier, build_tiers
+from autotune_cache.tiers import Found, ProcessTier, Tier, build_tiers
 from autotune_cache.tiers.memory import THIS_PROCESS
 
 # add_listener's callback: (key, the hit or None, the strict-mode error or None).
@@ -127,7 +127,7 @@ class Cache:
         # A broken results file a regen replaces is not loaded (DumpFile.skips_load).
         loads = [p for p in self.settings.load_from
                  if self._dump is None or not self._dump.skips_load(p)]
-        self.memory = MemoryTier.from_files(
+        self.memory = ProcessTier.from_files(
             loads, read_from=None if self._dump is None else self._dump.load_path)
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 

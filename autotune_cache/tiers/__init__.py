@@ -10,16 +10,16 @@ from __future__ import annotations
 from autotune_cache.config.flags import Settings
 from autotune_cache.tiers.base import Found, Tier
 from autotune_cache.tiers.directory import DirectoryTier
-from autotune_cache.tiers.memory import MemoryTier
+from autotune_cache.tiers.memory import ProcessTier
 
-__all__ = ["DirectoryTier", "Found", "MemoryTier", "Tier", "build_tiers"]
+__all__ = ["DirectoryTier", "Found", "ProcessTier", "Tier", "build_tiers"]
 
 
-def build_tiers(settings: Settings, memory: MemoryTier | None = None) -> list[Tier]:
+def build_tiers(settings: Settings, memory: ProcessTier | None = None) -> list[Tier]:
     """The tiers `settings` asks for, in lookup order: this process's memory over the loaded
     files (`memory`, or one built from settings.load_from), the directory, the remote server."""
     writable = settings.cache_mode == "update"
-    tiers: list[Tier] = [MemoryTier.from_files(settings.load_from) if memory is None else memory]
+    tiers: list[Tier] = [ProcessTier.from_files(settings.load_from) if memory is None else memory]
     if settings.cache_dir:
         tiers.append(DirectoryTier(settings.cache_dir, writable=writable))
     if settings.remote_cache:

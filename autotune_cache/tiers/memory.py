@@ -1,4 +1,5 @@
-"""The first tier: this process's memory over the files of --load_autotune_results_from."""
+"""The first tier, the process tier: what this process tuned or looked up, over the files of
+--load_autotune_results_from (named for what it holds: not only memory, the loaded files too)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ log = logging.getLogger("autotune_cache")
 THIS_PROCESS = "this process"
 
 
-class MemoryTier:
+class ProcessTier:
     """What this process tuned or looked up, then the loaded files (the last file wins).
 
     Loaded files stay as `results_index.LoadedFile`s, indexed by (kernel, problem), whose
@@ -37,7 +38,7 @@ class MemoryTier:
 
     @classmethod
     def from_files(cls, paths: Iterable[Path],
-                   read_from: Callable[[Path], Path] | None = None) -> MemoryTier:
+                   read_from: Callable[[Path], Path] | None = None) -> ProcessTier:
         """Load every results file; a later file overrides an earlier one's entry for a key.
         `read_from(path)`: where to read a file's bytes (a dump run's snapshot), if not at
         `path`; messages name `path`."""

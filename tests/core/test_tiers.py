@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune_cache import Cache, Settings
 from autotune_cache.formats import save_results
-from autotune_cache.tiers import DirectoryTier, MemoryTier, build_tiers
+from autotune_cache.tiers import DirectoryTier, ProcessTier, build_tiers
 from autotune_cache.tiers.base import Found
 from tests.cachetools import fake_tune, make_key
 
@@ -31,7 +31,7 @@ def test_tiers_pass_the_key_whole(tmp_path):
 def test_memory_tier_origins(tmp_path):
     path = tmp_path / "r.textproto"
     save_results(path, [fake_tune(KEY)])
-    memory = MemoryTier.from_files([path])
+    memory = ProcessTier.from_files([path])
     assert memory.get(KEY).origin == str(path)
     memory.put(KEY, fake_tune(KEY))
     assert memory.get(KEY).origin == "this process" and memory.in_memory(KEY)
