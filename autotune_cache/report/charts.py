@@ -32,7 +32,7 @@ def _matplotlib():  # noqa: ANN202 - the module
     except ImportError as e:
         raise AutotuneCacheError(
             "autotune-cache report draws its charts with matplotlib, which is not installed: "
-            "pip install 'autotune_cache[report]'"
+            "pip install 'matplotlib>=3.8' (what the package's [report] extra adds)"
         ) from e
     return matplotlib, Figure
 

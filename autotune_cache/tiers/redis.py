@@ -152,7 +152,7 @@ class RedisTier:
         except ImportError as e:
             raise FlagError(
                 f"--autotune_remote_cache={self.url}: the Redis client is not installed; "
-                "pip install 'autotune_cache[redis]'"
+                "pip install 'redis>=5' (what the package's [redis] extra adds)"
             ) from e
         options: dict[str, Any] = {"socket_timeout": timeout_s,
                                    "socket_connect_timeout": timeout_s}
