@@ -24,6 +24,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,19 @@ class Liveness:
     NAME = "alive"
 
     def __init__(self, directory: Path) -> None:
-        self._fd = os.open(directory / self.NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Locked under a private name, then renamed into place: `alive` never exists unlocked,
+        # so a sweeper probing it (is_dead) can neither take a starting owner for a dead one
+        # nor make the owner's own lock fail by holding its probe at that moment.
+        private = directory / f".{self.NAME}.{os.getpid()}.{threading.get_ident()}"
+        self._fd = os.open(private, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(private, directory / self.NAME)
+        except OSError:
+            os.close(self._fd)
+            with contextlib.suppress(OSError):
+                os.unlink(private)
+            raise
 
     def release(self) -> None:
         if self._fd >= 0:

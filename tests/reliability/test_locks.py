@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -153,6 +154,7 @@ def test_locks_dir_made_with_another_users_umask_is_a_named_warning(users, world
 
 BENCH_LOCK = """
 import sys
+import threading
 from autotune_cache.triton.benchlock import device_bench_lock, default_lock_dir
 with device_bench_lock("GPU-test") as held:
     import os, glob
@@ -204,6 +206,7 @@ if sys.platform != "linux":  # pragma: no cover
 
 LAZY = """
 import sys
+import threading
 from pathlib import Path
 from autotune_cache import Cache, Settings, configure
 from autotune_cache.formats import save_results
@@ -228,3 +231,37 @@ def test_filelock_is_imported_only_by_what_can_lock(tmp_path):
     assert res.rc == 0, res.text
     assert "load only: False" in res.out and "with a dump: True" in res.out, res.text
     assert (tmp_path / "dump.textproto").exists(), res.text
+
+
+def test_a_sweep_never_takes_a_starting_owner_for_a_dead_one(tmp_path):
+    """Runs that start together each sweep the others' leftovers (dumpfile.py, the xdist
+    controller). An owner's `alive` must never be seen unlocked, and a sweeper's probe must
+    never make the owner's own lock fail: 300 owners start while another thread sweeps."""
+    from autotune_cache.foundation.locking import Liveness, sweep_dead
+
+    stop = threading.Event()
+    swept: list[Path] = []
+
+    def sweeper() -> None:
+        while not stop.is_set():
+            swept.extend(sweep_dead(tmp_path, "run-*"))
+
+    thread = threading.Thread(target=sweeper)
+    thread.start()
+    owners, failures = [], []
+    try:
+        for i in range(300):
+            directory = tmp_path / f"run-{i}"
+            directory.mkdir()
+            try:
+                owners.append(Liveness(directory))
+            except OSError as e:  # the probe held `alive` when the owner tried to lock it
+                failures.append(e)
+    finally:
+        stop.set()
+        thread.join()
+    assert failures == [] and swept == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"run-{i}" for i in range(300))
+    for owner in owners:
+        owner.release()
+    assert len(sweep_dead(tmp_path, "run-*")) == 300  # once released, all are dead
