@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 REMOTE_TIME_BUDGET_S = 10.0  # a healthy server answers in milliseconds
 
@@ -30,6 +30,17 @@ class TimeBudget:
             yield
         finally:
             self.spent_s += time.monotonic() - start
+
+    @contextlib.contextmanager
+    def waiting(self, what: str, then: str, give_up: Callable[[str], None]) -> Iterator[None]:
+        """Count the block's time; once the budget is spent, call `give_up` with the warning
+        that says so (the owner turns the server off, and warns once)."""
+        try:
+            with self.timed():
+                yield
+        finally:
+            if self.spent:
+                give_up(self.warning(what, then))
 
     @property
     def spent(self) -> bool:

@@ -202,14 +202,14 @@ class RedisTier:
     @contextlib.contextmanager
     def _timed(self) -> Iterator[None]:
         """Count the time spent waiting for the server; past the budget, give it up."""
-        try:
-            with self._budget.timed():
-                yield
-        finally:
-            if self.available and self._budget.spent:
-                self.available = False
-                log.warning(self._budget.warning(f"remote cache {self.url}",
-                                                 "continuing without it for this process"))
+        with self._budget.waiting(f"remote cache {self.url}",
+                                  "continuing without it for this process", self._give_up):
+            yield
+
+    def _give_up(self, warning: str) -> None:
+        if self.available:
+            self.available = False
+            log.warning(warning)
 
     def _decode(self, data: bytes, where: str) -> tuple[CacheKey, pb.Entry] | None:
         """The (key, entry) in a value, or None after a warning when it is not one of ours."""

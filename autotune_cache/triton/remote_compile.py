@@ -225,14 +225,15 @@ def _down(error: BaseException) -> None:
 def _timed() -> Iterator[None]:
     """Count the time spent waiting for the server; past the budget, give it up (one warning)."""
     state = _remote()
-    try:
-        with state.budget.timed():
-            yield
-    finally:
-        if state.available and state.budget.spent:
+
+    def give_up(warning: str) -> None:
+        if state.available:
             state.available = False
-            log.warning(state.budget.warning(
-                f"the remote compile cache on {redact(str(state.url))}", "compiling locally"))
+            log.warning(warning)
+
+    with state.budget.waiting(f"the remote compile cache on {redact(str(state.url))}",
+                              "compiling locally", give_up):
+        yield
 
 
 def _reject(names: list[str]) -> None:
