@@ -289,8 +289,7 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
             return None
 
     async_mode = getattr(triton, "AsyncCompileMode", None)
-    workers = max(1, min(workers, len(configs)))
-    if async_mode is None or workers == 1:
+    if async_mode is None or workers <= 1 or len(configs) == 1:
         with recording_specializations(compiles.specs) as now:
             for i in order:
                 now(i)

@@ -389,3 +389,28 @@ def test_real_compiles_ahead_for_sm90_without_a_gpu(tmp_path):
     assert outs[1] == {"acc_preloads": 1, "acc_preload_ok": [True], "compiles_ahead": 1,
                        "compiles_after_hit": 0, "tuned": False, "benchmarks": 0, "pool": True,
                        "launchers_built_ahead": ["accumulate_kernel", "add_kernel"]}
+
+
+def test_a_small_tuning_does_not_shrink_the_shared_pool(monkeypatch):
+    """A tuning of a kernel with two candidates compiles on the process's one pool at the
+    configured size: sizing it to its own two candidates would leave every compile ahead of
+    need (hundreds on a loaded suite) two threads."""
+    from autotune_cache.triton import compile as compile_mod
+
+    class Specialising:
+        """Stands in for a JIT function: a compile submitted through AsyncCompileMode."""
+
+        def run(self, *args, warmup: bool = False, **kwargs):
+            from triton.runtime import _async_compile
+
+            mode = _async_compile.active_mode.get()
+            return mode.submit(repr(sorted(kwargs.items())), lambda: "binary", lambda k: None)
+
+    monkeypatch.setattr(compile_mod, "ensure_triton_cache_dir", lambda: None)
+    import autotune_cache.triton.device as device
+
+    monkeypatch.setattr(device, "interpreter_active", lambda: False)
+    scheduler.scheduler(8)
+    compiles = compile_mod.compile_candidates(Specialising(), (), {}, kernels.configs(16, 32), 8)
+    assert compiles.failures == {} and sorted(compiles.seconds) == [0, 1]
+    assert scheduler.scheduler().cap(Priority.CANDIDATE) == 8
