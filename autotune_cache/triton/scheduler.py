@@ -119,10 +119,6 @@ class CompileScheduler:
             self._cond.notify_all()  # threads over the new size leave when idle
         return self
 
-    @property
-    def workers(self) -> int:
-        return self._workers
-
     def cap(self, priority: Priority) -> int:
         """How many threads may run `priority` at once: all, but AHEAD under pytest-xdist."""
         if priority is Priority.AHEAD:
@@ -255,8 +251,3 @@ def scheduler(workers: int | None = None) -> CompileScheduler:
     """This process's scheduler; sized to `workers` threads when given."""
     found = process.current().part(CompileScheduler)
     return found if workers is None else found.size(workers)
-
-
-def running() -> CompileScheduler | None:
-    """This process's scheduler if one was made (nothing is started otherwise)."""
-    return process.current().existing(CompileScheduler)
