@@ -69,9 +69,10 @@ RUN_PREFIX = "autotune-dump-run-"
 
 
 def _preferred(a: Keyed, b: Keyed) -> Keyed:
-    """Of two entries one run recorded for one key: the faster winner, then the earlier tuning,
-    then the smaller encoding: a choice that depends on the entries alone, never on which
-    process ran which test or finished first (as `autotune-cache merge --on-conflict=fastest`)."""
+    """Of two entries one run recorded for one key: the faster winner (the rule of
+    `autotune-cache merge --on-conflict=fastest`), then the earlier tuning, then the smaller
+    encoding: a choice that depends on the entries alone, never on which process ran which test
+    or finished first (the CLI keeps its earlier input on a tie)."""
     def rank(pair: Keyed) -> tuple[float, str, bytes]:
         result = pair[1].result
         return (result.time_ms, result.tuned_at, pair[1].SerializeToString(deterministic=True))
@@ -272,13 +273,12 @@ class DumpFile:
         if not self.is_root:
             self._write_partial(pairs)
             return len(pairs)
-        own = {key.digest(): (key, entry) for key, entry in pairs}
         with self._merge_lock(wait=wait) as go:
             if not go:
                 return 0
             if self.merge and self._base_changed():
                 self._base = read_existing(self.path, self.flag)
-            run, twice = merge_run([self._member_entries(), own.values()])
+            run, twice = merge_run([self._member_entries(), pairs])
             self.tuned_twice = len(twice)
             for key, _ in twice:
                 log.info("autotune_cache: two processes of this dump run tuned %s; the dump "
