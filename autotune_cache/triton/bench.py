@@ -97,6 +97,13 @@ class GpuBenchmark:
         self.method = gpu_timing_method(self.warmup, self.rep, self.use_cuda_graph)
         self._flush_buffer: Any = None
 
+    def shorter(self, warmup: float, rep: float) -> GpuBenchmark:
+        """This benchmark with other warmup and rep, under this one's timing method: a stage
+        that screens or decides for it (its times are compared with this one's)."""
+        stage = GpuBenchmark(warmup=warmup, rep=rep)
+        stage.method = self.method
+        return stage
+
     def __call__(self, kernel_call: Callable[[], Any], config: Any,
                  problem: Mapping[str, Any]) -> list[float]:
         if self.use_cuda_graph:
@@ -218,9 +225,7 @@ def halving_stages(benchmark: Benchmark, candidates: int
     stages: list[tuple[Benchmark, int | None]] = []
     for warmup, rep, keep in SCREENING_STAGES:
         if rep < benchmark.rep:
-            stage = GpuBenchmark(warmup=min(warmup, benchmark.warmup), rep=rep)
-            stage.method = benchmark.method
-            stages.append((stage, keep))
+            stages.append((benchmark.shorter(min(warmup, benchmark.warmup), rep), keep))
     return stages + final
 
 
@@ -249,11 +254,10 @@ def decides(benchmark: Benchmark) -> bool:
 
 
 def short_regime(benchmark: Benchmark) -> Benchmark:
-    """The short benchmark the leaders are timed again with (SHORT_REGIME)."""
-    warmup, rep = SHORT_REGIME
-    short = GpuBenchmark(warmup=warmup, rep=rep)
-    short.method = benchmark.method
-    return short
+    """The short benchmark the leaders are timed again with (SHORT_REGIME); only for a
+    benchmark that `decides`."""
+    assert isinstance(benchmark, GpuBenchmark), "only a GPU benchmark decides (decides())"
+    return benchmark.shorter(*SHORT_REGIME)
 
 
 def leaders(times: Mapping[int, float], margin: float = TIE_MARGIN) -> list[int]:
@@ -276,11 +280,10 @@ def decide(tied: Sequence[int], sustained: Mapping[int, float],
 
     Each leader is timed by `time_short(i)` once per round, after `pause()` (SHORT_GAP_S idle),
     `rounds` rounds, round r starting at leader r (mod the count), so no leader always runs
-    first after another's heat. A leader
-    whose re-timing raises is out. Each remaining leader's score is its worst slowdown over the
-    two regimes: its median short time over the best median, and its `sustained` time (the
-    configured benchmark's) over the best of those; the least score wins, then the faster
-    sustained time, then the earlier candidate."""
+    first after another's heat. A leader whose re-timing raises is out. Each remaining leader's
+    score is its worst slowdown over the two regimes: its median short time over the best
+    median, and its `sustained` time (the configured benchmark's) over the best of those; the
+    least score wins, then the faster sustained time, then the earlier candidate."""
     short: dict[int, list[float]] = {i: [] for i in tied}
     out: set[int] = set()
     for r in range(rounds):
