@@ -270,8 +270,9 @@ class Autotuner(_TritonAutotuner):
         if async_mode is None or workers <= 1 or interpreter_active():
             return compile_all()
         with async_mode(scheduler.scheduler(workers).lane(Priority.CANDIDATE, {})):
-            kernels = compile_all()
-        return [k.result() if hasattr(k, "result") else k for k in kernels]
+            # Waited for inside the block: this thread compiles any no worker has started
+            # (scheduler.py), so warmup returns even while the pool is held or stopping.
+            return [k.result() if hasattr(k, "result") else k for k in compile_all()]
 
     def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
                 all_args: Mapping[str, Any]) -> tuple[Any, bool | None]:

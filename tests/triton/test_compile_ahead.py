@@ -415,3 +415,27 @@ def test_a_small_tuning_does_not_shrink_the_shared_pool(monkeypatch):
     compiles = compile_mod.compile_candidates(Specialising(), (), {}, kernels.configs(16, 32), 8)
     assert compiles.failures == {} and sorted(compiles.seconds) == [0, 1]
     assert scheduler.scheduler().cap(Priority.CANDIDATE) == 8
+
+
+def test_warmup_returns_while_no_worker_runs(use_cache, monkeypatch):
+    """`Autotuner.warmup` waits for its compiles itself: with the pool stopped (interpreter
+    exit) or held by a benchmarking thread, the calling thread compiles what no worker took."""
+    use_cache(compile_workers=4)
+
+    class Warming(StubJit):
+        def warmup(self, *args, **kwargs):
+            from triton.runtime import _async_compile
+
+            mode = _async_compile.active_mode.get()
+            return mode.submit(repr(sorted(kwargs)) + str(kwargs.get("BLOCK_SIZE")),
+                               lambda: "binary", lambda k: None)
+
+    kernel = make_a(Warming(kernels.add_kernel))
+    on_gpu(monkeypatch)
+    scheduler.scheduler(4).stop()  # no worker starts from now on
+    done: list[list] = []
+    thread = threading.Thread(target=lambda: done.append(kernel.warmup(torch.zeros(1), n=1)),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert done == [["binary"] * 4]
