@@ -94,7 +94,7 @@ sys.exit(triton.__version__ != '$TRITON_LATEST' or torch.__file__.startswith('$v
     printf 'import site; site.addsitedir(%s)\n' "'$main_site'" > "$site/zz_main_venv.pth"
     "$PY" -m pip install -q --no-deps --target "$site" "triton==$TRITON_LATEST"
   fi
-  # -u: its "N workers [M items]" line reaches package_beside's log at once.
+  # -u: its "N worker(s) [M items]" line reaches package_beside's log at once.
   (cd "$ROOT" && "$venv/bin/python" -u -m pytest -ra -n auto -p no:cacheprovider tests/triton)
 }
 
@@ -111,7 +111,7 @@ package_beside() {  # $1: the log whose "N workers [M items]" line starts the ch
   PACKAGE_OUT="$(mktemp -t dev-package.XXXXXX)"
   (
     for _ in $(seq 1200); do
-      grep -qE '^[0-9]+ workers \[' "$1" 2>/dev/null && break
+      grep -qE '^[0-9]+ workers? \[' "$1" 2>/dev/null && break
       sleep 0.5
     done
     date +%s >"$PACKAGE_OUT.start"
