@@ -52,6 +52,18 @@ class StubJit:
         return getattr(self.__dict__["fn"], name)
 
 
+def submit_async(key: str) -> Any:
+    """Submits a stand-in compile to the active `AsyncCompileMode` as Triton's JIT does: Triton
+    3.6 passes (key, compile_fn, finalize_fn), newer releases also a cleanup_fn."""
+    import inspect
+
+    from triton.runtime import _async_compile
+
+    mode = _async_compile.active_mode.get()
+    hooks = [lambda kernel: None] * (len(inspect.signature(mode.submit).parameters) - 2)
+    return mode.submit(key, lambda: "binary", *hooks)
+
+
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch):
     """A compile-ahead of this test's tuners only (a fresh engine state: process.py), on a
@@ -402,10 +414,7 @@ def test_a_small_tuning_does_not_shrink_the_shared_pool(monkeypatch):
         """Stands in for a JIT function: a compile submitted through AsyncCompileMode."""
 
         def run(self, *args, warmup: bool = False, **kwargs):
-            from triton.runtime import _async_compile
-
-            mode = _async_compile.active_mode.get()
-            return mode.submit(repr(sorted(kwargs.items())), lambda: "binary", lambda k: None)
+            return submit_async(repr(sorted(kwargs.items())))
 
     monkeypatch.setattr(compile_mod, "ensure_triton_cache_dir", lambda: None)
     import autotune_cache.triton.device as device
@@ -424,11 +433,7 @@ def test_warmup_returns_while_no_worker_runs(use_cache, monkeypatch):
 
     class Warming(StubJit):
         def warmup(self, *args, **kwargs):
-            from triton.runtime import _async_compile
-
-            mode = _async_compile.active_mode.get()
-            return mode.submit(repr(sorted(kwargs)) + str(kwargs.get("BLOCK_SIZE")),
-                               lambda: "binary", lambda k: None)
+            return submit_async(repr(sorted(kwargs)) + str(kwargs.get("BLOCK_SIZE")))
 
     kernel = make_a(Warming(kernels.add_kernel))
     on_gpu(monkeypatch)
