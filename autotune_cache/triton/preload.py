@@ -208,18 +208,22 @@ def _ahead_for(state: _State, cache: Cache, device: Device, toolchain: Any) -> _
     return state.ahead
 
 
-def warm_up(cache: Cache, jit_fn: Any, like: CacheKey) -> int:
+def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bool) -> int:
     """Queue the compiles of the loaded warm-up entries (triton/warmups.py) matching `like`'s
     kernel, source fingerprint, device and toolchain into the plain JIT function `jit_fn`, under
     the one-kernel caps and what is left of the compile-ahead's, each xdist worker from its own
-    offset; the number queued. Starts the compile-ahead for `cache` if it has not started."""
+    offset; the number queued. Starts the compile-ahead for `cache` if it has not started.
+
+    `compile_cache_only` (a dump run): each compile fills Triton's compile cache and nothing
+    else, so that the launch that needs it still goes through Triton's compile path, where the
+    dump records it, and finds its binary there (see `_preload`)."""
     state = _state()
     with state.lock:
         current = _ahead_for(state, cache, like.device, like.toolchain)
         cost = _fits(current, like.kernel)
         if cost is None:
             return 0
-        _, new = _take(current, jit_fn, like, *cost)
+        _, new = _take(current, jit_fn, like, *cost, compile_cache_only=compile_cache_only)
         _queue_rotated(new)
         return len(new)
 
@@ -277,8 +281,8 @@ def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int) -> 
             and key.toolchain == like.toolchain and entry.result.triton_specialization}
 
 
-def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int
-            ) -> tuple[Preloads, list[CompileJob]]:
+def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
+            compile_cache_only: bool = False) -> tuple[Preloads, list[CompileJob]]:
     """Preloads for up to `limit` new specializations of `wanted` (and every key whose
     specialization is compiled already or on its way): {digest: job}, and the new ones (not
     queued yet)."""
@@ -289,7 +293,8 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int
         if found is None:
             if len(new) >= limit:
                 continue
-            found = CompileJob(_compiling(jit_fn, spec), Priority.AHEAD, label=spec)
+            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only), Priority.AHEAD,
+                               label=spec)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)
@@ -343,14 +348,15 @@ def _fits(ahead: _Ahead, name: str) -> tuple[int, int] | None:
     return entries, unparsed
 
 
-def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: int
-          ) -> tuple[Preloads, list[CompileJob]]:
+def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: int,
+          compile_cache_only: bool = False) -> tuple[Preloads, list[CompileJob]]:
     """Scan the loaded entries matching `like` (which `_fits` measured) into preloads of
     `jit_fn`, charging the compile-ahead's caps: {digest: job}, and those new (to queue)."""
     ahead.entries_left -= entries
     ahead.bytes_left -= unparsed
     wanted = _winners(ahead.cache, like, entries, unparsed)
-    preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left))
+    preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left),
+                            compile_cache_only)
     ahead.compiles_left -= len(new)
     return preloads, new
 
@@ -401,26 +407,68 @@ def _start_driver() -> None:
         log.debug("autotune_cache: starting Triton's driver failed: %s", failure_reason(e))
 
 
-def _compiling(jit_fn: Any, specialization: str) -> Callable[[], bool]:
+def _compiling(jit_fn: Any, specialization: str, compile_cache_only: bool
+               ) -> Callable[[], bool]:
     """The job's work: `_preload` of this specialization into `jit_fn`."""
-    return lambda: _preload(jit_fn, specialization)
+    return lambda: _preload(jit_fn, specialization, compile_cache_only)
 
 
-def _preload(jit_fn: Any, specialization: str) -> bool:
+# The JIT key a compile-cache-only preload is filed under in the JIT function's in-memory cache
+# for the moment it is there: no launch ever looks it up.
+_APART = "autotune_cache:compile-cache-only:"
+
+
+def _preload(jit_fn: Any, specialization: str, compile_cache_only: bool = False) -> bool:
     """Compile one recorded specialization into `jit_fn`'s kernel cache, and build its launcher;
-    whether it compiled (never raises)."""
+    whether it compiled (never raises).
+
+    `compile_cache_only`: the kernel ends up in Triton's compile cache (TRITON_CACHE_DIR) only.
+    It is compiled under a JIT key no launch looks up and then dropped from the JIT function's
+    memory, so no launch can take it from there unseen, not even one racing this thread: the
+    launch that needs it misses in memory, Triton calls its jit_cache_hook (where a dump run
+    records the warm-up) and compiles it, a compile-cache hit (no code generation, no ptxas)."""
+    apart = _filed_apart(specialization) if compile_cache_only else None
+    if compile_cache_only and apart is None:
+        log.debug("autotune_cache: no preload of %s: its specialization data is not a JSON "
+                  "object", getattr(jit_fn, "__name__", jit_fn))
+        return False
     local = _state().local
     local.preloading = True
     try:
-        kernel = jit_fn.preload(specialization)
+        kernel = jit_fn.preload(specialization if apart is None else apart[0])
     except Exception as e:  # a foreign or stale record: the launch compiles as usual
         log.debug("autotune_cache: preloading %s failed: %s",
                   getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
         return False
     finally:
         local.preloading = False
+        if apart is not None:
+            _forget(jit_fn, apart[1])
     _build_launcher(kernel)
     return True
+
+
+def _filed_apart(specialization: str) -> tuple[str, str] | None:
+    """The specialization data with its JIT key replaced by one no launch looks up, and that
+    key; None when the data is not a JSON object (its preload fails and says why)."""
+    try:
+        data = json.loads(specialization)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    data["key"] = apart = _APART + json.dumps(data.get("key"))
+    return json.dumps(data), apart
+
+
+def _forget(jit_fn: Any, jit_key: str) -> None:
+    """Drop what `jit_fn` filed under `jit_key` from its in-memory kernel caches (every
+    device's: Triton keeps one per device)."""
+    try:
+        for caches in list(jit_fn.device_caches.values()):
+            caches[0].pop(jit_key, None)
+    except (AttributeError, TypeError, IndexError, KeyError) as e:  # another Triton's layout
+        log.debug("autotune_cache: dropping a compile-cache-only preload: %s", e)
 
 
 def _build_launcher(kernel: Any) -> None:

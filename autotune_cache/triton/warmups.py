@@ -15,17 +15,25 @@ fingerprint (fingerprint.py, as a tuned kernel's), the device and toolchain, and
 a digest of Triton's specialization data, which the result holds. Warm-ups go to the dump
 only, never to a shared tier (a tier's entries are untrusted: one there would have every
 reader compile what a stranger named) and are written with the next tuning or at exit, not at
-each compile. A dump run compiles nothing ahead: what it records is then exactly what its
-launches compiled, and a regeneration drops what no launch needs any more.
+each compile. What a dump records is exactly what its launches compiled, so a regeneration
+drops what no launch needs any more.
 
-Loading (a process with --load_autotune_results_from and no dump): at the first compile Triton
-starts in the process (a launch, so the GPU driver is up) and at the first autotuned launch, the
-loaded warm-ups of each plain JIT function in a module already imported (nothing is imported
-here) are queued on the compile-ahead's pool (preload.py) when their source fingerprint,
-device and toolchain match the running ones, under the compile-ahead's caps. A function in a
-module imported later is looked for at the next compile. A launch that needs a specialization
-queued there waits for it (or, when no thread has started it, compiles it itself) and then
-finds it in the compile cache instead of compiling it twice.
+Loading (a process with --load_autotune_results_from): at the first compile Triton starts in
+the process (a launch, so the GPU driver is up) and at the first autotuned launch, the loaded
+warm-ups of each plain JIT function in a module already imported (nothing is imported here) are
+queued on the compile-ahead's pool (preload.py) when their source fingerprint, device and
+toolchain match the running ones, under the compile-ahead's caps. A function in a module
+imported later is looked for at the next compile. A launch that needs a specialization queued
+there waits for it (or, when no thread has started it, compiles it itself) and then finds it in
+the compile cache instead of compiling it twice.
+
+Both (a regeneration in place: the ini setup loads the committed file and the dump rewrites
+it): the committed file lists the last run's warm-ups, so they are compiled ahead too, but into
+Triton's compile cache only (preload.py `compile_cache_only`), never into the JIT function's
+memory. Each launch that needs one still misses there, so Triton calls the hook and the dump
+records it exactly as without the compile-ahead, and its compile is a compile-cache hit. Before
+(issue 38), a regen in place compiled every warm-up on the test's thread: Liger-Kernel's
+loaded-and-dumped suite took 1.71x Triton's best case.
 
 A warm-up is only ever a compile started early: a stale or foreign one (another source, device
 or toolchain) is not compiled, a specialization no launch asks for is wasted work, never a
@@ -81,7 +89,8 @@ class _Process:
     """What this process does with warm-ups for one cache: record, load or nothing."""
 
     cache: Cache
-    mode: str  # "record", "load" or "off"
+    record: bool  # a dump run: record what Triton compiles
+    load: bool  # files are loaded: compile their warm-ups ahead
     device: Device | None = None
     toolchain: tuple[tuple[str, str], ...] = ()
     started: bool = False
@@ -138,19 +147,17 @@ def _on_compile(kw: dict[str, Any]) -> None:
     if jit_fn is None or not spec or preload.in_preload():
         return
     state = _current()
-    if state.mode == "off":
-        return
-    if state.mode == "record":
+    if state.record:
         _record(state, jit_fn, portable_specialization(spec))
-        return
-    _scan(state)
-    preload.wait(preload.awaiting(jit_fn, kw.get("key")))
+    if state.load:
+        _scan(state)
+        preload.wait(preload.awaiting(jit_fn, kw.get("key")))
 
 
 def start(cache: Cache) -> None:
     """The first autotuned launch: start the loaded warm-ups too, if `cache` loads files."""
     state = _current(cache)
-    if state.mode == "load":
+    if state.load:
         _scan(state)
 
 
@@ -164,9 +171,8 @@ def _current(cache: Cache | None = None) -> _Process:
     with current.lock:
         if current.process is None or current.process.cache is not cache:
             settings = cache.settings
-            mode = ("record" if settings.dump_to is not None
-                    else "load" if settings.load_from else "off")
-            current.process = _Process(cache, mode)
+            current.process = _Process(cache, record=settings.dump_to is not None,
+                                       load=bool(settings.load_from))
         return current.process
 
 
@@ -264,7 +270,7 @@ def _scan(state: _Process) -> None:
             like = CacheKey(kernel=name, source_fingerprint=fingerprint,
                             configs_fingerprint=WARMUP_CONFIGS, problem={}, device=device,
                             toolchain=chain)
-            queued += preload.warm_up(state.cache, jit_fn, like)
+            queued += preload.warm_up(state.cache, jit_fn, like, compile_cache_only=state.record)
         if queued:
             state.cache.stats.warmups_queued(queued)
             log.debug("autotune_cache: compiling %d plain JIT specializations ahead", queued)

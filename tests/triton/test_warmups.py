@@ -69,6 +69,17 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
                              ["double_in_place_kernel", "MainThread"]]
     assert held["warmups_ahead"] == 2
 
+    # A regeneration in place (the ini setup loads the file, the dump rewrites it): the
+    # warm-ups compile on the pool into the compile cache only, so the launches still compile
+    # them (compile-cache hits, no ptxas) and the new dump records them with the run's own.
+    regen = _worker("regen", results, tmp_path / "tc-regen")
+    assert regen["queued_ok"] == [True, True] and regen["warmups_ahead"] == 2
+    assert regen["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
+                              ["double_in_place_kernel", "MainThread"]]
+    dip = "tests.triton.kernels.double_in_place_kernel"
+    assert regen["warmups"] == [add, add, dip] and regen["recorded"] == 3
+    assert regen["written"] == 3
+
     stale = _worker("load", results, tmp_path / "tc-stale", WARMUP_TEST_SOURCE="edited")
     assert stale["queued_ok"] == [] and stale["warmups_ahead"] == 0
     assert stale["ptxas"] == [["add_kernel", "MainThread"], ["add_kernel", "MainThread"],
@@ -132,7 +143,7 @@ def test_a_process_that_loads_nothing_leaves_compiles_alone(use_cache, monkeypat
     use_cache()
     _compile_event(plain_kernel, _spec([]))
     state = warmups._current()
-    assert state.mode == "off" and not state.started
+    assert not state.record and not state.load and not state.started
     assert get_cache().stats.warmups_recorded == 0
 
 

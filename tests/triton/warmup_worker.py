@@ -7,7 +7,10 @@ candidates of one of Triton's own autotuners; prints the dump's entries.
 another kernel) queues the recorded specializations on the compile-ahead pool; once those
 finished, the plain kernel's own compiles find them. `load-held PATH`: the same while no pool
 thread may start (a tuning benchmarks), so each of those compiles runs its queued warm-up itself,
-once. Prints who ran ptxas for which kernel.
+once. `regen PATH`: `load` in a process that also dumps (to PATH.regen.textproto: a regeneration
+in place), which compiles the warm-ups ahead into the compile cache only, so its launches still
+compile them (compile-cache hits) and its dump records them. Prints who ran ptxas for which
+kernel.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def main() -> None:
         return
     if os.environ.get("WARMUP_TEST_SOURCE"):  # the kernel was edited since the dump
         warmups.source_fingerprint = lambda fn: os.environ["WARMUP_TEST_SOURCE"]
-    configure(Settings(load_from=(path,), compile_workers=2))
+    regen = f"{path}.regen.textproto" if phase == "regen" else None
+    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2))
     runs = ptxas_runs()
     with contextlib.ExitStack() as stack:
         if phase == "load-held":  # no pool thread starts: each launch runs its own warm-up
@@ -89,11 +93,21 @@ def main() -> None:
         kernels.double_in_place_kernel.warmup(x, 256, BLOCK_SIZE=16, grid=(1,))  # first compile
         ahead = preload.ahead()
         queued = list(ahead.compiles.values()) if ahead else []
-        if phase == "load":  # the workers' compiles, not this thread's
+        if phase in ("load", "regen"):  # the workers' compiles, not this thread's
             concurrent.futures.wait(queued, timeout=300)
         compiled = [kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
                     is not None for block in (64, 128)]
     stats = get_cache().stats
+    if regen is not None:
+        written = get_cache().finish_dump()
+        print(json.dumps({
+            "ptxas": sorted(runs), "written": written,
+            "warmups": sorted(CacheKey.from_proto(e.key).kernel for e in load_results(regen)
+                              if is_warmup(CacheKey.from_proto(e.key))),
+            "queued_ok": [p.result() if p.done() else None for p in queued],
+            "warmups_ahead": stats.warmups_ahead, "recorded": stats.warmups_recorded,
+        }))
+        return
     print(json.dumps({
         "queued_ok": [p.result() if p.done() else None for p in queued],
         "launch_compiles": compiled,
