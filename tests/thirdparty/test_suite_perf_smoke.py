@@ -1,6 +1,6 @@
 """bench/suite_perf.py's CPU smoke mode: the fake library's suite in every pass on the Triton
 interpreter. The runner's figures are not asserted; what it checks is: each pass's outcomes
-test by test, the stats it reads, and S-load's 0 benchmarks."""
+test by test, the stats it reads, S-load's 0 benchmarks and S-regen's one per edited entry."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path) -> None:
-    passes = "P,W,S-cold,S-load" + (",S-shared" if shutil.which("redis-server") else "")
+    passes = "P,W,S-cold,S-load,S-regen" + (",S-shared" if shutil.which("redis-server") else "")
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "out"
@@ -45,3 +45,12 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     assert sorted(totals["S-load"]["kernels_served"]) == ["fakelib.ops.add_kernel",
                                                          "fakelib.ops.scale_kernel"]
     assert {row["what"] for row in data["profile"]} >= {"process wall", "tests"}
+    # S-regen: add_kernel's entries (two sizes) each lost one of three timings in the file; the
+    # regen in place times exactly those two, serves scale_kernel from the file, and rewrites
+    # the file whole, the edited entries with every candidate again.
+    assert data["regen"] == {"kernel": "fakelib.ops.add_kernel", "entries_edited": 2,
+                             "candidates": 3, "entries_before": 4, "entries_after": 4,
+                             "edited_restored": 2}
+    regen = totals["S-regen"]
+    assert (regen["benchmarks_ours"], regen["tuned"], regen["hits"]) == (2, 2, 2)
+    assert {r["pass"] for r in data["ratios"].values()} >= {"S-regen", "S-load", "S-cold"}
