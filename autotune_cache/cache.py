@@ -348,12 +348,21 @@ class Cache:
             return None
         return finish()
 
+    def reusable(self, key: CacheKey, candidates: Sequence[pb.Config], *, timing_method: str,
+                 never_reuse: Collection[int] = ()) -> dict[int, pb.Timing]:
+        """Step 3 of resolve(): the recorded timings a tuning of `key` reuses, by candidate
+        index (entries that differ from `key` only in the candidate list, measured with
+        `timing_method`; never those in `never_reuse`). A deferred tuning asks at the launch,
+        to compile only the others ahead; its tuning asks again at the end."""
+        return reusable_timings(
+            candidates, recorded_timings(self.same_source(key), timing_method), never_reuse)
+
     def _tune(self, key: CacheKey, candidates: tuple[pb.Config, ...], tune: Tune,
               timing_method: str, never_reuse: Collection[int]) -> Resolved:
         """Steps 3 and 4 of resolve()."""
         started = time.perf_counter()
-        reused = reusable_timings(
-            candidates, recorded_timings(self.same_source(key), timing_method), never_reuse)
+        reused = self.reusable(key, candidates, timing_method=timing_method,
+                               never_reuse=never_reuse)
         job = TuneJob(key, candidates,
                       tuple(i for i in range(len(candidates)) if i not in reused), reused)
         tuned = tune(job)

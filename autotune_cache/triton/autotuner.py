@@ -301,8 +301,13 @@ class Autotuner(_TritonAutotuner):
         memo = triton_style_key(self.arg_names, self.keys, all_args)
         provisional: list[Any] = []
 
+        candidates = [config_to_proto(c) for c in pruned]
+        never_reuse = [i for i, c in enumerate(pruned) if has_extras(c)]
+
         def defer(finish: Callable[[], Resolved]) -> bool:
-            config = deferred.defer(cache, self, tuning, finish, memo)
+            reused = cache.reusable(key, candidates, timing_method=tuning.benchmark.method,
+                                    never_reuse=never_reuse)
+            config = deferred.defer(cache, self, tuning, finish, memo, reused=reused)
             if config is not None:
                 provisional.append(config)
             return config is not None
@@ -310,10 +315,8 @@ class Autotuner(_TritonAutotuner):
         # Entries from shared tiers are untrusted: a winner that is not one of these candidates
         # is a damaged entry (a miss), never launched.
         resolved = cache.resolve_or_defer(
-            key, [config_to_proto(c) for c in pruned], tuning,
-            timing_method=tuning.benchmark.method,
-            never_reuse=[i for i, c in enumerate(pruned) if has_extras(c)],
-            defer=defer if deferred.applies(cache, tuning) else None)
+            key, candidates, tuning, timing_method=tuning.benchmark.method,
+            never_reuse=never_reuse, defer=defer if deferred.applies(cache, tuning) else None)
         if resolved is None:  # tuned at the end of the dump run (deferred.py)
             self.configs_timings = {}
             return provisional[0], None

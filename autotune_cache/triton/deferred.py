@@ -13,7 +13,9 @@ tuning protocol to `defer`):
 2. Every candidate but one is specialised for the snapshot on this thread (its hooks run on the
    snapshot) and its compile is queued on the process's compile scheduler (compile.py
    queue_candidates; scheduler.py), the costliest first. The compiles of all the run's keys
-   now overlap.
+   now overlap. Candidates whose recorded timings the tuning reuses (a candidate-list change:
+   Cache.reusable) are not compiled: a regen after one config was added to a kernel compiles
+   that config, not the kernel's whole list (on Liger-Kernel's suite, 17 compiles of 18).
 3. The launch goes on with a provisional candidate: the cheapest to compile (compile.compile_cost),
    compiled here, loaded (which surfaces out-of-resources); if it fails, the next cheapest. It is
    one of the kernel's own candidates, so it computes what the kernel computes, which is
@@ -44,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,10 +125,13 @@ def _compiles_to_overlap(tuning: KernelTuning) -> bool:
 
 
 def defer(cache: Cache, tuner: DeferringTuner, tuning: KernelTuning,
-          finish: Callable[[], Resolved], memo: tuple) -> Any | None:
+          finish: Callable[[], Resolved], memo: tuple, reused: Collection[int] = ()
+          ) -> Any | None:
     """Take over a miss of `tuning` (built for the launch's arguments; see the module
     docstring): returns the provisional config to launch, or None when this key must be tuned
-    now (an argument that cannot be snapshotted, or no memory budget left)."""
+    now (an argument that cannot be snapshotted, or no memory budget left). `reused`: the
+    candidates whose recorded timings the tuning will reuse, compiled only if it needs them
+    after all (a candidate it then times compiles at its benchmark)."""
     state = _state()
     args, kwargs = tuning.args, tuning.kwargs
     storages = _storages([*args, *(v for k, v in kwargs.items() if k != "grid")])
@@ -153,7 +158,8 @@ def defer(cache: Cache, tuner: DeferringTuner, tuning: KernelTuning,
             with arguments_of(tuner, snap_args):
                 queued = queue_candidates(tuner.fn, snap_args, snap_kwargs, configs,
                                           cache.settings.compile_workers,
-                                          prepare=tuning.prepare(), skip=order[:1])
+                                          prepare=tuning.prepare(),
+                                          skip=[*order[:1], *reused])
             provisional = _provisional(tuner, configs, order, args, kwargs, queued)
         tuning.queued = queued
     except BaseException:

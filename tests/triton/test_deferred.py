@@ -85,6 +85,41 @@ def test_the_snapshot_keeps_values_strides_and_aliasing(use_cache, fake, overlap
     assert float(sx.sum()) == float(torch.arange(8, 72).sum())
 
 
+def test_a_regen_after_a_config_was_added_compiles_only_the_new_one(
+        use_cache, fake, overlap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A regen in place (load the committed file, dump) after a config was appended to the
+    kernel's list: the deferred tuning compiles ahead only the candidates without a recorded
+    timing (on Liger-Kernel's suite it had compiled all 17 of 18), and benchmarks only the new
+    one at the end."""
+    committed = tmp_path / "committed.textproto"
+    use_cache(dump_to=committed)
+    fake(TABLE)
+    kernels.launch_add(kernels.tuned_add((16, 32, 64)), n=64)
+    from autotune_cache import get_cache
+
+    assert get_cache().finish_dump() == 1
+
+    queued: list[list[int]] = []
+
+    def queue_candidates(kernel, args, kwargs, configs, workers, prepare=None, skip=()):
+        queued.append(sorted(i for i in range(len(configs)) if i not in skip))
+        return deferred.Queued()
+
+    monkeypatch.setattr(deferred, "interpreter_active", lambda: False)  # queue as on a GPU
+    monkeypatch.setattr(deferred, "queue_candidates", queue_candidates)
+    monkeypatch.setattr(deferred, "_provisional",
+                        lambda tuner, configs, order, *rest: configs[order[0]])
+    cache = use_cache(load_from=(committed,), dump_to=committed)
+    bench = fake(TABLE)
+    kernel = kernels.tuned_add((16, 32, 64, 128))
+    kernels.launch_add(kernel, n=64)
+    assert queued == [[3]]  # BLOCK_SIZE=128, the new config: 16 is provisional, 32-64 reused
+    assert cache.finish_dump() == 1
+    assert bench.calls == [128]
+    assert kernels.candidate_times(kernel) == {b: TABLE[b] for b in (16, 32, 64, 128)}
+    assert _winner_block(load_results(committed)[0]) == 64
+
+
 @pytest.mark.parametrize("settings", [{}, {"deferred_tuning": False}],
                          ids=["no dump", "flag off"])
 def test_tuned_at_the_launch_without_a_dump_or_with_the_flag_off(
