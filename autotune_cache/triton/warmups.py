@@ -31,9 +31,8 @@ Both (a regeneration in place: the ini setup loads the committed file and the du
 it): the committed file lists the last run's warm-ups, so they are compiled ahead too, but into
 Triton's compile cache only (preload.py `compile_cache_only`), never into the JIT function's
 memory. Each launch that needs one still misses there, so Triton calls the hook and the dump
-records it exactly as without the compile-ahead, and its compile is a compile-cache hit. Before
-(issue 38), a regen in place compiled every warm-up on the test's thread: Liger-Kernel's
-loaded-and-dumped suite took 1.71x Triton's best case.
+records it exactly as without the compile-ahead, and its compile is a compile-cache hit
+(decision 0024 says why).
 
 A warm-up is only ever a compile started early: a stale or foreign one (another source, device
 or toolchain) is not compiled, a specialization no launch asks for is wasted work, never a
