@@ -331,11 +331,12 @@ def edit_candidates(source: Path, target: Path) -> dict[str, Any] | None:
         if entry.key.kernel != kernel:
             continue
         winner = canonical_proto_config(entry.result.config)
-        timings = list(entry.result.candidates)
-        candidates = max(candidates, len(timings))
-        drop = max(i for i, t in enumerate(timings)
-                   if canonical_proto_config(t.config) != winner)
-        del entry.result.candidates[drop]
+        losers = [i for i, t in enumerate(entry.result.candidates)
+                  if canonical_proto_config(t.config) != winner]
+        if not losers:  # one candidate (a pruned list): nothing to take away
+            continue
+        candidates = max(candidates, len(entry.result.candidates))
+        del entry.result.candidates[losers[-1]]
         texts = sorted(canonical_proto_config(t.config) for t in entry.result.candidates)
         entry.key.configs_fingerprint = hashlib.sha256("\n".join(texts).encode()).hexdigest()
         edited += 1
