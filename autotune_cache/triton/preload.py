@@ -216,7 +216,9 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bo
 
     `compile_cache_only` (a dump run): each compile fills Triton's compile cache and nothing
     else, so that the launch that needs it still goes through Triton's compile path, where the
-    dump records it, and finds its binary there (see `_preload`)."""
+    dump records it, and finds its binary there (see `_preload`). The kernel's entries of
+    another source, device or toolchain are then compiled too, after the matching ones
+    (`_winners` says why)."""
     state = _state()
     with state.lock:
         current = _ahead_for(state, cache, like.device, like.toolchain)
@@ -266,19 +268,33 @@ def _jit_function(fn: Any) -> Any | None:
     return fn if hasattr(fn, "preload") else None
 
 
-def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int) -> dict[str, str]:
+def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int,
+             any_version: bool = False) -> dict[str, str]:
     """{key digest: recorded specialization} of the loaded entries matching `like`'s kernel,
-    source fingerprint, device and toolchain (none when over the caps or damaged)."""
+    source fingerprint, device and toolchain (none when over the caps or damaged).
+
+    `any_version` (compile-cache-only preloads): also the entries of `like`'s kernel recorded
+    under another source, device or toolchain, after the matching ones. Such a compile is of the
+    kernel's current source for this device, and no launch can use it unseen: one whose
+    specialization it is finds it in the compile cache, any other compiles as usual. So a regen
+    after a Triton upgrade, a new GPU or an edited kernel still starts the last run's warm-ups
+    early, and a record that no longer fits costs only its compile."""
     try:
         loaded = cache.loaded_entries(like.kernel, max_entries=max_entries,
                                       max_unparsed_bytes=max_bytes)
     except AutotuneCacheError as e:  # a damaged entry: the lookup that needs it says so
         log.debug("autotune_cache: no preload of %s: %s", like.kernel, e)
         return {}
-    return {key.digest(): entry.result.triton_specialization for key, entry in loaded
-            if key.kernel == like.kernel and key.device == like.device
-            and key.source_fingerprint == like.source_fingerprint
-            and key.toolchain == like.toolchain and entry.result.triton_specialization}
+
+    def current(key: CacheKey) -> bool:
+        return (key.device == like.device and key.source_fingerprint == like.source_fingerprint
+                and key.toolchain == like.toolchain)
+
+    found = [(key, entry) for key, entry in loaded
+             if key.kernel == like.kernel and entry.result.triton_specialization
+             and (any_version or current(key))]
+    found.sort(key=lambda pair: not current(pair[0]))  # stable: the current ones first
+    return {key.digest(): entry.result.triton_specialization for key, entry in found}
 
 
 def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
@@ -354,7 +370,7 @@ def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: in
     `jit_fn`, charging the compile-ahead's caps: {digest: job}, and those new (to queue)."""
     ahead.entries_left -= entries
     ahead.bytes_left -= unparsed
-    wanted = _winners(ahead.cache, like, entries, unparsed)
+    wanted = _winners(ahead.cache, like, entries, unparsed, any_version=compile_cache_only)
     preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left),
                             compile_cache_only)
     ahead.compiles_left -= len(new)

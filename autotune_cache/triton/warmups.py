@@ -32,12 +32,14 @@ it): the committed file lists the last run's warm-ups, so they are compiled ahea
 Triton's compile cache only (preload.py `compile_cache_only`), never into the JIT function's
 memory. Each launch that needs one still misses there, so Triton calls the hook and the dump
 records it exactly as without the compile-ahead, and its compile is a compile-cache hit
-(decision 0024 says why).
+(decision 0024 says why). Since no launch can use such a compile unseen, the warm-ups of a
+kernel recorded under another source, device or toolchain (a regen after an upgrade) are
+compiled too, after the current ones: one that no longer fits costs only its compile.
 
-A warm-up is only ever a compile started early: a stale or foreign one (another source, device
-or toolchain) is not compiled, a specialization no launch asks for is wasted work, never a
-result. Triton keeps one `jit_cache_hook`: ours chains to the one it replaced, and a hook set
-after ours replaces it (then nothing is recorded or compiled ahead).
+A warm-up is only ever a compile started early: outside a dump run a stale or foreign one
+(another source, device or toolchain) is not compiled, and a specialization no launch asks for
+is wasted work, never a result. Triton keeps one `jit_cache_hook`: ours chains to the one it
+replaced, and a hook set after ours replaces it (then nothing is recorded or compiled ahead).
 """
 
 from __future__ import annotations

@@ -80,6 +80,15 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     assert regen["warmups"] == [add, add, dip] and regen["recorded"] == 3
     assert regen["written"] == 3
 
+    # The same regen after the kernel's source fingerprint changed (an edit, a Triton upgrade):
+    # the recorded warm-ups no longer match, but a compile-cache-only compile cannot be used
+    # unseen, so they are compiled ahead all the same (of the current source); the launches find
+    # them, and the dump records them under the new fingerprint.
+    edited = _worker("regen", results, tmp_path / "tc-regen-edited", WARMUP_TEST_SOURCE="edited")
+    assert edited["queued_ok"] == [True, True] and edited["warmups_ahead"] == 2
+    assert edited["ptxas"] == regen["ptxas"]
+    assert edited["warmups"] == [add, add, dip] and edited["fingerprints"] == ["edited"]
+
     stale = _worker("load", results, tmp_path / "tc-stale", WARMUP_TEST_SOURCE="edited")
     assert stale["queued_ok"] == [] and stale["warmups_ahead"] == 0
     assert stale["ptxas"] == [["add_kernel", "MainThread"], ["add_kernel", "MainThread"],

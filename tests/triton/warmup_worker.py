@@ -104,6 +104,8 @@ def main() -> None:
             "ptxas": sorted(runs), "written": written,
             "warmups": sorted(CacheKey.from_proto(e.key).kernel for e in load_results(regen)
                               if is_warmup(CacheKey.from_proto(e.key))),
+            "fingerprints": sorted({e.key.source_fingerprint for e in load_results(regen)
+                                    if e.key.kernel.endswith("add_kernel")}),
             "queued_ok": [p.result() if p.done() else None for p in queued],
             "warmups_ahead": stats.warmups_ahead, "recorded": stats.warmups_recorded,
         }))
