@@ -1,4 +1,4 @@
-"""A real library's own pytest suite, routed through the cache, in seven passes (issues 21, 24, 38).
+"""A real library's own pytest suite, routed through the cache, in eight passes (issues 21, 24, 38).
 
     python bench/suite_perf.py OUT_DIR --suite liger|fla --tests-root DIR [--passes ...]
         [--pass-timeout S] [--redis-server PATH]
@@ -29,6 +29,12 @@ autotune_cache/triton/routing.py), never with a shim:
             `configs`. So the run must benchmark exactly that candidate once per entry that its
             tests launch and serve everything else (`regen` in the JSON: the kernel, the entries
             edited, the file's entries before and after; a regen never shrinks the file).
+  S-stale   a regeneration in place after a Triton upgrade: S-cold's dump with every entry's
+            Triton version replaced by STALE_TRITON, loaded and dumped again in place, empty
+            compile cache. Every key is stale, so everything is tuned again, as in S-cold; what
+            differs is that the file's plain @triton.jit warm-ups are compiled ahead from the
+            start (`stale` in the JSON: the entries before and after, and how many name the
+            running Triton after). Its target is S-cold's, against P.
 
 The passes' outcomes must be identical test by test (passed / failed / skipped / error, each
 test against P's). The probe plugin (bench/suite_probe.py) records each test's outcome and
@@ -70,10 +76,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 DUMP_NAME = "suite.autotune.textproto"
 REGEN_NAME = "suite.regen.autotune.textproto"
-PASSES = ("P", "W", "S-cold", "S-load", "S-fill", "S-shared", "S-regen")
+STALE_NAME = "suite.stale.autotune.textproto"
+STALE_TRITON = "0.0.1"  # the Triton S-stale's file claims its entries were tuned with
+PASSES = ("P", "W", "S-cold", "S-load", "S-fill", "S-shared", "S-regen", "S-stale")
 # (pass, the pass it is compared with, the most the ratio may be): issue 38's targets.
 TARGETS = (("S-cold", "P", 0.30), ("S-load", "W", 1.3), ("S-shared", "W", 0.75),
-           ("S-regen", "W", 1.5), ("S-regen", "S-load", 1.2))
+           ("S-regen", "W", 1.5), ("S-regen", "S-load", 1.2), ("S-stale", "P", 0.30))
 
 
 @dataclass(frozen=True)
@@ -281,6 +289,8 @@ def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> di
                     passes[n] = runner.run(Pass(n, list(load), flags=flags), caches[n])
     if "S-regen" in names:
         passes["S-regen"] = regen_pass(runner, dump, caches["S-regen"])
+    if "S-stale" in names:
+        passes["S-stale"] = stale_pass(runner, dump, caches["S-stale"])
     for n, p in passes.items():
         if n != "W" and not p.skipped:
             p.compiles = count_compiles(caches[n], runner.smoke)
@@ -307,6 +317,39 @@ def regen_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
         and len(e.result.candidates) == edit["candidates"])
     p.probe["regen"] = edit
     return p
+
+
+def stale_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
+    """S-stale: S-cold's dump as an older Triton would have written it (`age_toolchain`),
+    loaded and dumped again in place."""
+    if not dump.is_file():
+        return Pass("S-stale", [], skipped="S-cold wrote no dump")
+    stale = runner.out / STALE_NAME
+    edit = age_toolchain(dump, stale)
+    p = runner.run(Pass("S-stale", ["--autotune-all-kernels", f"--autotune-load={stale}",
+                                    f"--autotune-dump={stale}"]), cache_dir)
+    from autotune_cache.formats import load_results
+
+    after = load_results(stale) if stale.is_file() else []
+    edit["entries_after"] = len(after)
+    edit["entries_still_old"] = sum(1 for e in after for v in e.key.toolchain
+                                    if v.name == "triton" and v.version == STALE_TRITON)
+    p.probe["stale"] = edit
+    return p
+
+
+def age_toolchain(source: Path, target: Path) -> dict[str, Any]:
+    """Write `source`'s entries to `target` with the Triton version of every key replaced by
+    STALE_TRITON: the committed file as it stands when a repository upgrades Triton."""
+    from autotune_cache.formats import load_results, save_results
+
+    entries = load_results(source)
+    for entry in entries:
+        for version in entry.key.toolchain:
+            if version.name == "triton":
+                version.version = STALE_TRITON
+    save_results(target, entries)
+    return {"entries_before": len(entries)}
 
 
 def edit_candidates(source: Path, target: Path) -> dict[str, Any] | None:
@@ -403,7 +446,8 @@ def summarize(passes: dict[str, Pass]) -> dict[str, Any]:
             "s_load_benchmarks": (totals.get("S-load", {}).get("benchmarks_ours", 0)
                                   + totals.get("S-load", {}).get("benchmarks_triton", 0))
             if "S-load" in ran else None,
-            "regen": ran["S-regen"].probe.get("regen") if "S-regen" in ran else None}
+            "regen": ran["S-regen"].probe.get("regen") if "S-regen" in ran else None,
+            "stale": ran["S-stale"].probe.get("stale") if "S-stale" in ran else None}
 
 
 def census_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -522,6 +566,12 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
                   f"{regen['entries_after']} entries after the run, "
                   f"{regen['edited_restored']} of the edited ones with every candidate again; "
                   f"{totals['S-regen']['benchmarks_ours']} benchmarks."]
+    stale = summary.get("stale")
+    if stale:
+        lines += ["", f"S-stale: {stale['entries_before']} entries aged to Triton "
+                  f"{STALE_TRITON}; the file held {stale['entries_after']} entries after the "
+                  f"run, {stale['entries_still_old']} of them still of that Triton; "
+                  f"{totals['S-stale']['tuned']} keys tuned again."]
     ran = [n for n in PASSES if n in totals and "wall_s" in totals[n]]
     lines += ["", "## Where the time goes (seconds; the rows above 'inside' add up to the wall "
               "time; the timers inside sum calls on every thread, background compiles too)", "",

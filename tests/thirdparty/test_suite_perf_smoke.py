@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path) -> None:
-    passes = "P,W,S-cold,S-load,S-regen" + (",S-shared" if shutil.which("redis-server") else "")
+    passes = "P,W,S-cold,S-load,S-regen,S-stale" + (",S-shared" if shutil.which("redis-server")
+                                                    else "")
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "out"
@@ -53,4 +54,9 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
                              "edited_restored": 2}
     regen = totals["S-regen"]
     assert (regen["benchmarks_ours"], regen["tuned"], regen["hits"]) == (2, 2, 2)
-    assert {r["pass"] for r in data["ratios"].values()} >= {"S-regen", "S-load", "S-cold"}
+    assert {r["pass"] for r in data["ratios"].values()} >= {"S-regen", "S-load", "S-cold",
+                                                            "S-stale"}
+    # S-stale: every entry aged to another Triton is stale, tuned again, and replaced in place:
+    # as many entries after as before, none of them of the old Triton.
+    assert data["stale"] == {"entries_before": 4, "entries_after": 4, "entries_still_old": 0}
+    assert (totals["S-stale"]["tuned"], totals["S-stale"]["hits"]) == (4, 0)
