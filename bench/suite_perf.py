@@ -34,7 +34,11 @@ autotune_cache/triton/routing.py), never with a shim:
             compile cache. Every key is stale, so everything is tuned again, as in S-cold; what
             differs is that the file's plain @triton.jit warm-ups are compiled ahead from the
             start (`stale` in the JSON: the entries before and after, and how many name the
-            running Triton after). Its target is S-cold's, against P.
+            running Triton after). Its target is S-cold's, against P. A best case: only the
+            keys' Triton version is aged, so every recorded specialization is still the running
+            Triton's and each warm-up compiled ahead is a hit; after a real upgrade whose
+            options changed, fewer are (and from Triton 3.6 to 3.9, whose records differ in
+            form, none: their preloads fail at once).
 
 The passes' outcomes must be identical test by test (passed / failed / skipped / error, each
 test against P's). The probe plugin (bench/suite_probe.py) records each test's outcome and

@@ -49,7 +49,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -77,6 +77,9 @@ PRELOAD_MAX = 64
 AHEAD_SCAN_LIMIT = 4000
 AHEAD_SCAN_BYTES = 1024 * 1024
 AHEAD_MAX = 256
+# A dump run's compiles of warm-ups recorded under another source or toolchain (`_recorded`), on
+# top of AHEAD_MAX: they may all be wasted.
+SPECULATIVE_MAX = 64
 
 
 class AheadTuner(Protocol):
@@ -101,6 +104,7 @@ class _Ahead:
     entries_left: int
     bytes_left: int
     compiles_left: int
+    speculative_left: int = SPECULATIVE_MAX
     compiles: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
     # The same compiles by (JIT function, Triton's JIT key), for a launch to find (`awaiting`).
     by_jit_key: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
@@ -216,9 +220,9 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bo
 
     `compile_cache_only` (a dump run): each compile fills Triton's compile cache and nothing
     else, so that the launch that needs it still goes through Triton's compile path, where the
-    dump records it, and finds its binary there (see `_preload`). The kernel's entries of
-    another source, device or toolchain are then compiled too, after the matching ones
-    (`_winners` says why)."""
+    dump records it, and finds its binary there (see `_preload`). The kernel's entries of this
+    device under another source or toolchain are then queued too, at SPECULATIVE priority and
+    on their own budget (`_recorded` says why)."""
     state = _state()
     with state.lock:
         current = _ahead_for(state, cache, like.device, like.toolchain)
@@ -268,53 +272,64 @@ def _jit_function(fn: Any) -> Any | None:
     return fn if hasattr(fn, "preload") else None
 
 
-def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int,
-             any_version: bool = False) -> dict[str, str]:
+def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
+             ) -> dict[str, str]:
     """{key digest: recorded specialization} of the loaded entries matching `like`'s kernel,
-    source fingerprint, device and toolchain (none when over the caps or damaged).
+    source fingerprint, device and toolchain (none when over the caps or damaged)."""
+    return _recorded(cache, like, max_entries, max_bytes)[0]
 
-    `any_version` (compile-cache-only preloads): also the entries of `like`'s kernel recorded
-    under another source, device or toolchain, after the matching ones. Such a compile is of the
-    kernel's current source for this device, and no launch can use it unseen: one whose
-    specialization it is finds it in the compile cache, any other compiles as usual. So a regen
-    after a Triton upgrade, a new GPU or an edited kernel still starts the last run's warm-ups
-    early, and a record that no longer fits costs only its compile."""
+
+def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
+              ) -> tuple[dict[str, str], dict[str, str]]:
+    """`_winners`, and beside it the same for the entries of `like`'s kernel and device
+    recorded under another source fingerprint or toolchain (an edited kernel, an upgrade).
+
+    The second are for compile-cache-only preloads (a dump run). Such a compile is of the
+    kernel's current source, and no launch can use it unseen: one whose specialization it is
+    finds it in the compile cache, any other compiles as usual. So a regen after an upgrade or an
+    edit still starts the last run's warm-ups early, and a record that no longer fits costs only
+    its compile. Another device's records are left out: their options name that device's
+    architecture (Triton 3.6 compiles a record's own `arch`), so none could ever be a hit."""
     try:
         loaded = cache.loaded_entries(like.kernel, max_entries=max_entries,
                                       max_unparsed_bytes=max_bytes)
     except AutotuneCacheError as e:  # a damaged entry: the lookup that needs it says so
         log.debug("autotune_cache: no preload of %s: %s", like.kernel, e)
-        return {}
-
-    def current(key: CacheKey) -> bool:
-        return (key.device == like.device and key.source_fingerprint == like.source_fingerprint
+        return {}, {}
+    current: dict[str, str] = {}
+    other: dict[str, str] = {}
+    for key, entry in loaded:
+        if key.kernel != like.kernel or key.device != like.device \
+                or not entry.result.triton_specialization:
+            continue
+        same = (key.source_fingerprint == like.source_fingerprint
                 and key.toolchain == like.toolchain)
-
-    found = [(key, entry) for key, entry in loaded
-             if key.kernel == like.kernel and entry.result.triton_specialization
-             and (any_version or current(key))]
-    found.sort(key=lambda pair: not current(pair[0]))  # stable: the current ones first
-    return {key.digest(): entry.result.triton_specialization for key, entry in found}
+        (current if same else other)[key.digest()] = entry.result.triton_specialization
+    return current, other
 
 
 def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
-            compile_cache_only: bool = False) -> tuple[Preloads, list[CompileJob]]:
+            compile_cache_only: bool = False, speculative: bool = False
+            ) -> tuple[Preloads, list[CompileJob]]:
     """Preloads for up to `limit` new specializations of `wanted` (and every key whose
     specialization is compiled already or on its way): {digest: job}, and the new ones (not
-    queued yet)."""
+    queued yet). `speculative` (records that may not fit any more, `_recorded`): queued at
+    the lowest priority, and never awaited by a launch (`awaiting`), which would otherwise wait
+    for a compile that cannot help it and then compile again."""
     preloads: Preloads = {}
     new: list[CompileJob] = []
+    priority = Priority.SPECULATIVE if speculative else Priority.AHEAD
     for digest, spec in wanted.items():
         found = ahead.compiles.get((id(jit_fn), spec))
         if found is None:
             if len(new) >= limit:
                 continue
-            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only), Priority.AHEAD,
+            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only), priority,
                                label=spec)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)
-            if jit_key is not None:
+            if jit_key is not None and not speculative:
                 ahead.by_jit_key.setdefault((id(jit_fn), jit_key), found)
         preloads[digest] = found
     return preloads, new
@@ -370,10 +385,16 @@ def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: in
     `jit_fn`, charging the compile-ahead's caps: {digest: job}, and those new (to queue)."""
     ahead.entries_left -= entries
     ahead.bytes_left -= unparsed
-    wanted = _winners(ahead.cache, like, entries, unparsed, any_version=compile_cache_only)
+    wanted, other = _recorded(ahead.cache, like, entries, unparsed)
     preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left),
                             compile_cache_only)
     ahead.compiles_left -= len(new)
+    if compile_cache_only and other:
+        # Their own budget: records that may not fit never take a current one's place.
+        _, more = _submit(ahead, jit_fn, other, min(PRELOAD_MAX, ahead.speculative_left),
+                          compile_cache_only, speculative=True)
+        ahead.speculative_left -= len(more)
+        new += more
     return preloads, new
 
 
@@ -451,7 +472,11 @@ def _preload(jit_fn: Any, specialization: str, compile_cache_only: bool = False)
     local = _state().local
     local.preloading = True
     try:
-        kernel = jit_fn.preload(specialization if apart is None else apart[0])
+        # Compiled here and now, even on a thread inside an AsyncCompileMode (a launch in a
+        # candidate's pre_hook that runs a queued preload itself): its FutureKernel would be
+        # filed into the JIT function's memory at the mode's end, after `_forget`.
+        with _no_async_compile():
+            kernel = jit_fn.preload(specialization if apart is None else apart[0])
     except Exception as e:  # a foreign or stale record: the launch compiles as usual
         log.debug("autotune_cache: preloading %s failed: %s",
                   getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
@@ -464,12 +489,27 @@ def _preload(jit_fn: Any, specialization: str, compile_cache_only: bool = False)
     return True
 
 
+@contextlib.contextmanager
+def _no_async_compile() -> Iterator[None]:
+    """No AsyncCompileMode on this thread for the duration (a Triton without it: nothing)."""
+    try:
+        from triton.runtime import _async_compile
+    except ImportError:
+        yield
+        return
+    token = _async_compile.active_mode.set(None)
+    try:
+        yield
+    finally:
+        _async_compile.active_mode.reset(token)
+
+
 def _filed_apart(specialization: str) -> tuple[str, str] | None:
     """The specialization data with its JIT key replaced by one no launch looks up, and that
     key; None when the data is not a JSON object (its preload fails and says why)."""
     try:
         data = json.loads(specialization)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
@@ -494,9 +534,9 @@ def _build_launcher(kernel: Any) -> None:
     and filed in TRITON_CACHE_DIR, where the first launch finds it. Only the build: the
     kernel's own handles (its module loaded on the GPU) are left to that launch, so nothing
     here touches the device. Never raises."""
-    if kernel is None or getattr(kernel, "_run", None) is not None:
-        return
     try:
+        if kernel is None or getattr(kernel, "_run", None) is not None:
+            return
         from triton.runtime import driver
 
         driver.active.launcher_cls(kernel.src, kernel.metadata)

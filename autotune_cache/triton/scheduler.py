@@ -1,6 +1,6 @@
 """The process's one compile scheduler: every compile the engine starts in the background.
 
-Three kinds of work share it, in this order of priority:
+Four kinds of work share it, in this order of priority:
 
 1. A compile some thread is waiting for now. Waiting on a job that no worker has started
    (`CompileJob.result()`) runs it on the waiting thread at once, whatever its queue, so a
@@ -10,6 +10,9 @@ Three kinds of work share it, in this order of priority:
 3. `Priority.AHEAD`: loaded winners and plain-kernel warm-ups compiled before any launch asks
    for them (preload.py, warmups.py). Under pytest-xdist a worker runs at most its share of the
    threads on this kind (the workers share the machine), each from its own offset in the list.
+4. `Priority.SPECULATIVE`: a dump run's warm-ups recorded under another source or toolchain
+   (preload.py `_recorded`), which may not fit any more: only when nothing else waits, under the
+   same xdist share, and no launch ever waits for one.
 
 A worker thread always takes the oldest job of the highest priority that has room. While a
 tuning benchmarks (`held()`), no worker starts a job and the jobs in flight are let finish first
@@ -48,6 +51,7 @@ class Priority(enum.IntEnum):
 
     CANDIDATE = 1
     AHEAD = 2
+    SPECULATIVE = 3
 
 
 class CompileJob(Future):  # type: ignore[type-arg]
@@ -120,8 +124,9 @@ class CompileScheduler:
         return self
 
     def cap(self, priority: Priority) -> int:
-        """How many threads may run `priority` at once: all, but AHEAD under pytest-xdist."""
-        if priority is Priority.AHEAD:
+        """How many threads may run `priority` at once: all, but work ahead of need (AHEAD,
+        SPECULATIVE) under pytest-xdist."""
+        if priority is not Priority.CANDIDATE:
             worker = env.xdist_worker()
             if worker is not None:
                 return max(1, self._workers // worker[1])

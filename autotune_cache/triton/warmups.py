@@ -33,8 +33,9 @@ Triton's compile cache only (preload.py `compile_cache_only`), never into the JI
 memory. Each launch that needs one still misses there, so Triton calls the hook and the dump
 records it exactly as without the compile-ahead, and its compile is a compile-cache hit
 (decision 0024 says why). Since no launch can use such a compile unseen, the warm-ups of a
-kernel recorded under another source, device or toolchain (a regen after an upgrade) are
-compiled too, after the current ones: one that no longer fits costs only its compile.
+kernel recorded on this GPU under another source or toolchain (a regen after an upgrade or an
+edit) are compiled too, at the lowest priority and never awaited by a launch: one that no
+longer fits costs only its compile (preload.py `_recorded`).
 
 A warm-up is only ever a compile started early: outside a dump run a stale or foreign one
 (another source, device or toolchain) is not compiled, and a specialization no launch asks for

@@ -444,3 +444,52 @@ def test_warmup_returns_while_no_worker_runs(use_cache, monkeypatch):
     thread.start()
     thread.join(timeout=30)
     assert done == [["binary"] * 4]
+
+
+def test_a_dump_run_queues_outdated_warmups_last_and_no_launch_waits_for_them(
+        use_cache, tmp_path, monkeypatch):
+    """A regen in place (load + dump) also compiles a plain kernel's warm-ups recorded under
+    another source or toolchain, into the compile cache only: after the current one, at the
+    lowest priority, on a budget of their own, and never awaited by a launch (it would wait for a
+    compile that may not fit, then compile again). Another device's are left out: their options
+    name that device's architecture, so none could be a hit. A run that only loads takes the
+    current one alone."""
+    import dataclasses
+
+    from autotune_cache.foundation.key import WARMUP_CONFIGS, Device
+
+    here = Device(name="NVIDIA H200", arch="sm_90", sm_count=132)
+    like = CacheKey(kernel="tests.triton.kernels.add_kernel", source_fingerprint="a" * 64,
+                    configs_fingerprint=WARMUP_CONFIGS, problem={}, device=here,
+                    toolchain=(("triton", "3.6.0"),))
+    variants = {"current": {}, "toolchain": {"toolchain": (("triton", "3.5.0"),)},
+                "source": {"source_fingerprint": "b" * 64},
+                "device": {"device": Device(name="NVIDIA A100", arch="sm_80", sm_count=108)}}
+    entries = []
+    for tag, change in variants.items():
+        key = dataclasses.replace(like, problem={"specialization": tag}, **change)
+        entries.append(pb.Entry(key=key.to_proto(), result=pb.Result(
+            triton_specialization=json.dumps({"name": "add_kernel", "key": tag}))))
+    results = tmp_path / "committed.textproto"
+    save_results(results, entries)
+    stub = StubJit(kernels.add_kernel)
+
+    use_cache(load_from=(results,))
+    with scheduler.scheduler(2).held():  # nothing runs: only what was queued, and how
+        assert preload.warm_up(get_cache(), stub, like, compile_cache_only=False) == 1
+    assert sorted(json.loads(j.label)["key"] for j in preload.ahead().compiles.values()) == [
+        "current"]
+
+    monkeypatch.setattr(process, "_state", process.ProcessState())  # a fresh process
+    use_cache(load_from=(results,), dump_to=tmp_path / "regen.textproto")
+    with scheduler.scheduler(2).held():
+        assert preload.warm_up(get_cache(), stub, like, compile_cache_only=True) == 3
+        ahead = preload.ahead()
+        queued = {json.loads(j.label)["key"]: j.priority for j in ahead.compiles.values()}
+        assert queued == {"current": Priority.AHEAD, "toolchain": Priority.SPECULATIVE,
+                          "source": Priority.SPECULATIVE}
+        assert ahead.speculative_left == preload.SPECULATIVE_MAX - 2
+        assert ahead.compiles_left == preload.AHEAD_MAX - 1
+        assert preload.awaiting(stub, "current") is not None
+        assert preload.awaiting(stub, "toolchain") is None
+        assert preload.awaiting(stub, "source") is None
