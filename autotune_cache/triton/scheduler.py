@@ -125,12 +125,20 @@ class CompileScheduler:
 
     def cap(self, priority: Priority) -> int:
         """How many threads may run `priority` at once: all, but work ahead of need (AHEAD,
-        SPECULATIVE) under pytest-xdist."""
+        SPECULATIVE) under pytest-xdist, both kinds together (`_busy`)."""
         if priority is not Priority.CANDIDATE:
             worker = env.xdist_worker()
             if worker is not None:
                 return max(1, self._workers // worker[1])
         return self._workers
+
+    def _busy(self, priority: Priority) -> int:
+        """Threads running work that counts against `priority`'s cap (the caller holds _cond):
+        the kinds of work ahead of need share one, so SPECULATIVE never takes the room an
+        AHEAD job waits for."""
+        if priority is Priority.CANDIDATE:
+            return self._running[priority]
+        return sum(n for p, n in self._running.items() if p is not Priority.CANDIDATE)
 
     # ----- submitting -------------------------------------------------------------------------
 
@@ -197,7 +205,7 @@ class CompileScheduler:
             queue = self._queues[priority]
             while queue and queue[0].started():
                 queue.popleft()  # run by a thread that waited for it
-            if queue and self._running[priority] < self.cap(priority):
+            if queue and self._busy(priority) < self.cap(priority):
                 return queue.popleft()
         return None
 

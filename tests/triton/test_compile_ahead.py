@@ -331,6 +331,32 @@ def test_candidates_run_before_compiles_ahead_and_a_waiter_runs_its_own_at_once(
         pool.stop()
 
 
+def test_outdated_warmups_never_take_the_room_a_compile_ahead_waits_for(monkeypatch):
+    """Under pytest-xdist (2 workers: 1 of this pool's 2 threads for work ahead of need), a
+    SPECULATIVE job waits while an AHEAD one runs, and runs after the AHEAD queue is empty."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    pool = scheduler.CompileScheduler().size(2)
+    release = threading.Event()
+    ran: list[str] = []
+    try:
+        with pool.held():
+            first = pool.submit(lambda: (ran.append("ahead0"), release.wait(30)), Priority.AHEAD)
+            second = pool.submit(lambda: ran.append("ahead1"), Priority.AHEAD)
+            outdated = pool.submit(lambda: ran.append("speculative"), Priority.SPECULATIVE)
+        deadline = time.monotonic() + 30
+        while not first.started() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the other thread is free: it must not start the speculative job
+        assert ran == ["ahead0"] and not outdated.started()
+        release.set()
+        concurrent.futures.wait([first, second, outdated], timeout=30)
+        assert ran == ["ahead0", "ahead1", "speculative"]
+    finally:
+        release.set()
+        pool.stop()
+
+
 def test_a_forked_child_starts_its_own_engine_state():
     """The per-process state (process.py) is new in a forked child: the parent's compile-ahead,
     scheduler and deferred keys are not the child's."""
