@@ -310,16 +310,10 @@ def regen_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
     edit = edit_candidates(dump, regen)
     if edit is None:
         return Pass("S-regen", [], skipped="no tuned kernel in the dump has two candidates")
-    p = runner.run(Pass("S-regen", ["--autotune-all-kernels", f"--autotune-load={regen}",
-                                    f"--autotune-dump={regen}"]), cache_dir)
-    from autotune_cache.formats import load_results
-
-    after = load_results(regen) if regen.is_file() else []
-    edit["entries_after"] = len(after)
+    p, after = _in_place(runner, "S-regen", regen, cache_dir, edit)
     edit["edited_restored"] = sum(
         1 for e in after if e.key.kernel == edit["kernel"]
         and len(e.result.candidates) == edit["candidates"])
-    p.probe["regen"] = edit
     return p
 
 
@@ -330,16 +324,26 @@ def stale_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
         return Pass("S-stale", [], skipped="S-cold wrote no dump")
     stale = runner.out / STALE_NAME
     edit = age_toolchain(dump, stale)
-    p = runner.run(Pass("S-stale", ["--autotune-all-kernels", f"--autotune-load={stale}",
-                                    f"--autotune-dump={stale}"]), cache_dir)
-    from autotune_cache.formats import load_results
-
-    after = load_results(stale) if stale.is_file() else []
-    edit["entries_after"] = len(after)
+    p, after = _in_place(runner, "S-stale", stale, cache_dir, edit)
     edit["entries_still_old"] = sum(1 for e in after for v in e.key.toolchain
                                     if v.name == "triton" and v.version == STALE_TRITON)
-    p.probe["stale"] = edit
     return p
+
+
+def _in_place(runner: Runner, name: str, results: Path, cache_dir: Path,
+              edit: dict[str, Any]) -> tuple[Pass, list[Any]]:
+    """Pass `name`: `results` loaded and dumped again in place (the ini setup plus
+    `--autotune-dump` of the same file), empty compile cache. Returns the pass and the file's
+    entries after it; `edit` (what was changed in the file, and `entries_after`) is the pass's
+    record under its name without `S-` (summarize reads it there)."""
+    p = runner.run(Pass(name, ["--autotune-all-kernels", f"--autotune-load={results}",
+                               f"--autotune-dump={results}"]), cache_dir)
+    from autotune_cache.formats import load_results
+
+    after = load_results(results) if results.is_file() else []
+    edit["entries_after"] = len(after)
+    p.probe[name.removeprefix("S-").lower()] = edit
+    return p, after
 
 
 def age_toolchain(source: Path, target: Path) -> dict[str, Any]:
