@@ -54,12 +54,12 @@ def _launch_of(grid, call_args, config):
     return launch
 
 
-def tune_repeatedly(shape: tuple[int, int, int], tuners: list[str], tunings: int,
-                    scratch: Path) -> tuple[dict[str, list[str]], dict[str, list[float]],
-                                            dict[str, str]]:
+def tune_repeatedly(shape: tuple[int, int, int], launch: tuple, tuners: list[str],
+                    tunings: int, scratch: Path
+                    ) -> tuple[dict[str, list[str]], dict[str, list[float]], dict[str, str]]:
     """Each tuner's picks over `tunings` fresh tunings of `shape`, their seconds, and the
     error of a tuner that cannot tune here (triton.autotune under the interpreter)."""
-    grid, call_args = w.operands(*shape, seed=sum(shape))  # triton_quality's operands
+    grid, call_args = launch
     picks: dict[str, list[str]] = {t: [] for t in tuners}
     seconds: dict[str, list[float]] = {t: [] for t in tuners}
     errors: dict[str, str] = {}
@@ -87,14 +87,14 @@ def tune_repeatedly(shape: tuple[int, int, int], tuners: list[str], tunings: int
     return picks, seconds, errors
 
 
-def retime(shape: tuple[int, int, int], picks: dict[str, list[str]], rounds: int,
+def retime(launch: tuple, picks: dict[str, list[str]], rounds: int,
            regimes_gap: float) -> dict:
     """Every distinct pick and the best two of a first pass over all candidates, re-timed in
     `rounds` interleaved rounds with a rotated order (and, with `regimes_gap`, the best three
     with the tuner's own final benchmark, back to back and after that idle); GPU only."""
     import torch
 
-    grid, call_args = w.operands(*shape, seed=sum(shape))
+    grid, call_args = launch
     by_name = {_name(cfg): cfg for cfg in w.CONFIGS}
     first_pass = {}
     for name, cfg in by_name.items():
@@ -146,8 +146,9 @@ def agreement(picks: list[str]) -> int:
 
 def measure(shape: tuple[int, int, int], args: argparse.Namespace, tuners: list[str],
             scratch: Path) -> dict:
-    picks, seconds, errors = tune_repeatedly(shape, tuners, args.tunings, scratch)
-    timed = {} if w.INTERPRET else retime(shape, picks, args.rounds, args.regimes)
+    launch = w.operands(*shape, seed=sum(shape))  # (grid, arguments): triton_quality's operands
+    picks, seconds, errors = tune_repeatedly(shape, launch, tuners, args.tunings, scratch)
+    timed = {} if w.INTERPRET else retime(launch, picks, args.rounds, args.regimes)
     careful = timed.get("careful_ms", {})
     best = min(careful, key=careful.__getitem__) if careful else None
 
