@@ -39,6 +39,13 @@ class Progress:
         self.started = time.perf_counter()
         self.header_printed = False
         self.done_count = 0
+        # Where the tuning's time went, in order: (what, seconds), e.g. ("timed 48 at 10 ms",
+        # 0.9). The last line says it, so that a slow tuning's log is its own profile.
+        self.phases: list[tuple[str, float]] = []
+
+    def phase(self, what: str, seconds: float) -> None:
+        """Record one part of the tuning (a compile wait, a benchmark stage, the decision)."""
+        self.phases.append((what, seconds))
 
     def _active(self) -> bool:
         if self.mode == "never":
@@ -90,4 +97,6 @@ class Progress:
         """After the winner is chosen."""
         if self.header_printed or (self.mode == "always"):
             self._header()
-            self._print(f"  best {winner} ({time_ms:.4f} ms), tuned in {seconds:.1f} s")
+            parts = "; ".join(f"{what} {secs:.1f} s" for what, secs in self.phases)
+            self._print(f"  best {winner} ({time_ms:.4f} ms), tuned in {seconds:.1f} s"
+                        + (f" ({parts})" if parts else ""))

@@ -70,6 +70,12 @@ def check_meta_conflicts(configs: Sequence[Any], kwargs: Mapping[str, Any]) -> N
                 " Make sure that you don't re-define auto-tuned symbols.")
 
 
+def _rep_of(benchmark: bench_mod.Benchmark) -> str:
+    """A progress label's suffix: the rep of a benchmark that has one (the GPU's), else none."""
+    rep = getattr(benchmark, "rep", None)
+    return f" at {rep:g} ms" if isinstance(rep, (int, float)) else ""
+
+
 class KernelTuning:
     """The tune callback for one launch of `tuner` with `args` / `kwargs`, choosing among
     `configs` (the pruned candidates, in the order the cache's candidates have).
@@ -195,6 +201,7 @@ class KernelTuning:
         failures: dict[int, str] = {}
         specializations: dict[int, str] = {}
         if on_device:
+            waited = time.perf_counter()
             if self.queued is not None:  # indexed by candidate already
                 compiles = self.queued.wait(todo)
             else:
@@ -202,6 +209,7 @@ class KernelTuning:
                                               [configs[i] for i in todo], self.compile_workers,
                                               prepare=self.prepare()).reindexed(todo)
             failures, specializations = compiles.failures, compiles.specs
+            progress.phase(f"compiles of {len(todo)}", time.perf_counter() - waited)
             slowest = compiles.slowest()
             progress.compiled(len(todo), len(failures), compiles.wall,
                               slowest and (describe_config(configs[slowest[0]]), slowest[1]))
@@ -211,9 +219,13 @@ class KernelTuning:
         alive = [i for i in todo if i not in failures]
         lock = device_bench_lock(device_identity()) if on_device else contextlib.nullcontext()
         held = scheduler.scheduler().held() if on_device else contextlib.nullcontext()
+        entering = time.perf_counter()
         with held, lock:
+            if on_device:
+                progress.phase("waiting for the device", time.perf_counter() - entering)
             stages = bench_mod.halving_stages(self.benchmark, len(alive))
             for stage, (benchmark, keep) in enumerate(stages):
+                stage_started = time.perf_counter()
                 for i in todo if stage == 0 else alive:
                     if i in failures:
                         timing = pb.Timing(failure=failures[i])
@@ -223,6 +235,8 @@ class KernelTuning:
                     if stage == 0:
                         progress.step(describe_config(configs[i]),
                                       None if timing.failure else timing.time_ms, timing.failure)
+                progress.phase(f"timing {len(alive)}{_rep_of(benchmark)}",
+                               time.perf_counter() - stage_started)
                 if keep is not None:
                     ranked = sorted((timings[i].time_ms, i) for i in alive
                                     if not timings[i].failure)
@@ -247,8 +261,10 @@ class KernelTuning:
         def time_short(i: int) -> float:
             return short(self._kernel_call(configs[i]), configs[i], problem)[0]
 
+        started = time.perf_counter()
         kept, medians = bench_mod.decide(tied, sustained, time_short)
         assert self.progress is not None
+        self.progress.phase(f"deciding among {len(tied)} leaders", time.perf_counter() - started)
         self.progress.decided(describe_config(configs[kept]), len(tied), bench_mod.TIE_MARGIN,
                               {describe_config(configs[i]): t for i, t in medians.items()})
         return [kept]

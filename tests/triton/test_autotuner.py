@@ -5,6 +5,7 @@ Timings come from a deterministic fake benchmark wherever a test checks values."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,9 @@ def test_progress_lines_name_every_benchmarked_config(
     assert "[3/4] BLOCK_SIZE=64 num_warps=4 num_stages=2 num_ctas=1: 1.5000 ms" in err
     assert "[4/4] BLOCK_SIZE=128" in err and "failed: RuntimeError: no registers left" in err
     assert "best BLOCK_SIZE=64" in err
+    # The last line is the tuning's own profile: where its time went, stage by stage.
+    best_line = next(line for line in err.splitlines() if "best BLOCK_SIZE=64" in line)
+    assert re.search(r"tuned in \d+\.\d s \(timing 4 \d+\.\d s\)$", best_line), best_line
 
     monkeypatch.setenv("AUTOTUNE_PROGRESS", "0")
     kernels.launch_add(kernels.tuned_add(), n=101)
