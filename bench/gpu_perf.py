@@ -56,7 +56,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import redis_local  # noqa: E402  (bench/ is not a package)
+import profiling  # noqa: E402  (bench/ is not a package)
+import redis_local  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -74,6 +75,10 @@ class Runner:
 
     def __init__(self, log: Path, smoke: bool, pythonpath: list[str],
                  partial_path: Path | None = None) -> None:
+        # --profile: the children's labels to run under py-spy (bench/profiling.py), and its
+        # binary; the profiles land beside the log as profile-<label>.txt.
+        self.profile: set[str] = set()
+        self.py_spy = ""
         self.log = log
         self.smoke = smoke
         self.pythonpath = pythonpath
@@ -98,6 +103,9 @@ class Runner:
     def run(self, label: str, cmd: list[str], environment: dict[str, str],
             timeout: float = CHILD_TIMEOUT_S) -> dict:
         """One child; its RESULT line plus wall seconds and exit status."""
+        if label in self.profile:
+            cmd = profiling.wrap(self.py_spy, cmd,
+                                 self.log.parent / f"profile-{label.replace(' ', '_')}.txt")
         started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=environment, cwd=ROOT, capture_output=True,
@@ -329,6 +337,9 @@ def main() -> int:
     parser.add_argument("--r-tunings", type=int, default=None,
                         help="tunings per shape and tuner in R (default 6; 2 with --smoke)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--profile", default="", metavar="LABELS",
+                        help="comma-separated children to run under py-spy, as the log names "
+                        "them (e.g. 'C ours,A ours'): bench/profiling.py")
     parser.add_argument("--redis-server", default=None,
                         help="redis-server binary for A2 (default: PATH, then .whl/; "
                         "a lib/ beside it is used)")
@@ -359,6 +370,9 @@ def main() -> int:
     print(json.dumps(env_report), flush=True)
     started = time.perf_counter()
     run = Runner(log, args.smoke, pythonpath, out_dir / "gpu_perf_partial.json")
+    run.profile = {label.strip() for label in args.profile.split(",") if label.strip()}
+    if run.profile:
+        run.py_spy = profiling.py_spy(work)
     raw = scenarios(run, work, args)
     summary = summarise(raw)
     result = {"env": env_report, "summary": summary, "raw": raw,

@@ -75,7 +75,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import redis_local  # noqa: E402  (bench/ is not a package)
+import profiling  # noqa: E402  (bench/ is not a package)
+import redis_local  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -173,6 +174,9 @@ class Runner:
         self.log.write_text("")
         self.plugin_args = ([] if _has_entry_point_plugin()
                             else ["-p", "autotune_cache.pytest_plugin"])
+        # --profile: the passes to run under py-spy (bench/profiling.py), and its binary.
+        self.profile: set[str] = set()
+        self.py_spy = ""
 
     def env(self, p: Pass, cache_dir: Path) -> dict[str, str]:
         drop = ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTEST_ADDOPTS")
@@ -180,8 +184,11 @@ class Runner:
         paths = [str(ROOT), str(BENCH), *(str(self.tests_root / p) for p in self.suite.pythonpath),
                  *filter(None, [os.environ.get("PYTHONPATH")])]
         env.update(self.suite.env)
+        # AUTOTUNE_PROGRESS as a user has it (unset: a tuning over a second says so, and its
+        # last line says where its time went), so the log is the tunings' profile.
+        env.pop("AUTOTUNE_PROGRESS", None)
         env.update(PYTHONPATH=os.pathsep.join(paths),
-                   TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1", AUTOTUNE_PROGRESS="0",
+                   TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1",
                    SUITE_PROBE_OUT=str(self.work / f"probe-{p.name}.json"))
         if p.flags:
             env["AUTOTUNE_FLAGS"] = p.flags
@@ -200,6 +207,8 @@ class Runner:
                "-p", "no:cacheprovider", "-o", "addopts=", "-o", "log_cli=false",
                "--rootdir", str(self.tests_root), *self.suite.args, *p.options]
         env = self.env(p, cache_dir)
+        if p.name in self.profile:
+            cmd = profiling.wrap(self.py_spy, cmd, self.out / f"profile-{p.name}.txt")
         env["SUITE_PROBE_T0"] = repr(time.time())
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=self.tests_root, env=env, stdout=subprocess.PIPE,
@@ -637,6 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=3600.0,
                         help="seconds for the whole run: a pass that would end later is cut to "
                              "fit, and passes not started are reported as skipped")
+    parser.add_argument("--profile", default="", metavar="PASSES",
+                        help="comma-separated passes to run under py-spy (bench/profiling.py)")
     parser.add_argument("--redis-server", default=None,
                         help="redis-server binary (default: PATH, then .whl/); a lib/ beside "
                         "it is used")
@@ -664,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     runner = Runner(suite, tests_root, args.out.resolve(), work, args.smoke, args.pass_timeout,
                     time.monotonic() + args.deadline)
+    runner.profile = {n.strip() for n in args.profile.split(",") if n.strip()}
+    if runner.profile:
+        runner.py_spy = profiling.py_spy(work)
     redis_binary = redis_local.find_binary(args.redis_server, work)
     passes = run_passes(runner, names, redis_binary)
     print(write(args.out, suite, passes, machine(), args.smoke))
