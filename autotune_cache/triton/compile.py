@@ -22,6 +22,7 @@ first launch. (docs/decisions/0012-hooks-before-specialisation.md)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -174,16 +175,31 @@ def portable_specialization(data: str) -> str:
         return data
     if not isinstance(libs, list) or not libs:
         return data
-    import triton
-
-    root = os.path.realpath(os.path.dirname(triton.__file__)) + os.sep
+    root = _triton_root()
     kept = [lib for lib in libs
             if not (isinstance(lib, list) and len(lib) == 2 and isinstance(lib[1], str)
-                    and os.path.realpath(lib[1]).startswith(root))]
+                    and _real_path(lib[1]).startswith(root))]
     if len(kept) == len(libs):
         return data
     obj["options"]["extern_libs"] = kept or None
     return json.dumps(obj)
+
+
+# Resolving a path is an lstat per component, and every compile Triton starts passes here with
+# the same few library paths: on the H200 machine's filesystem the uncached calls cost 1.5 s of
+# the main thread in gpu_perf's C (its 144 candidate specialisations) and 6.4 s in Liger-Kernel's
+# dump run (bench/suite_perf.py --profile). Triton's package and its libraries do not move while
+# a process runs.
+@functools.lru_cache(maxsize=1)
+def _triton_root() -> str:
+    import triton
+
+    return os.path.realpath(os.path.dirname(triton.__file__)) + os.sep
+
+
+@functools.lru_cache(maxsize=64)
+def _real_path(path: str) -> str:
+    return os.path.realpath(path)
 
 
 def runtime_knobs() -> Any:

@@ -54,6 +54,36 @@ class Priority(enum.IntEnum):
     SPECULATIVE = 3
 
 
+_primed = threading.Event()
+_prime_lock = threading.Lock()
+
+
+def _prime_triton() -> None:
+    """Compute, once and on one thread, what every Triton compile's cache key starts with: the
+    hash of Triton's own sources and 100+ MB libtriton (`triton_key`) and the backend's ptxas
+    version (a subprocess). Both are memoized by Triton but not guarded: the pool's first jobs,
+    starting together, each computed them. Profiled on the H200 (Liger-Kernel's suite, loading
+    its results into an empty compile cache): 8.2 s of the compile threads' 85 s, all at the
+    start, while the first test waited for its winner. A failure here is left to the compile."""
+    if _primed.is_set():
+        return
+    with _prime_lock:
+        if _primed.is_set():
+            return
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+            from triton.compiler.compiler import make_backend
+            from triton.runtime.driver import driver
+
+            make_backend(driver.active.get_current_target()).hash()
+        except Exception:  # noqa: BLE001, S110 - only a head start; the compile says what fails
+            pass
+        finally:
+            _primed.set()
+
+
 class CompileJob(Future):  # type: ignore[type-arg]
     """One compile: a `Future` that whoever waits for it runs when no worker has started it."""
 
@@ -74,6 +104,7 @@ class CompileJob(Future):  # type: ignore[type-arg]
             self._claimed = True
         if not self.set_running_or_notify_cancel():
             return False
+        _prime_triton()
         try:
             value = self.fn()
         except BaseException as e:  # noqa: BLE001 - the waiter sees it, as with any Future

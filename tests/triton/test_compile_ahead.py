@@ -331,6 +331,33 @@ def test_candidates_run_before_compiles_ahead_and_a_waiter_runs_its_own_at_once(
         pool.stop()
 
 
+def test_the_first_jobs_hash_tritons_sources_once_not_each(monkeypatch):
+    """Every compile's cache key starts with `triton_key()`, a hash of Triton's sources that
+    Triton memoizes without a lock: 8 jobs starting together compute it once, on one thread,
+    and every job runs after it."""
+    import triton.runtime.cache as triton_cache
+
+    calls: list[str] = []
+
+    def slow_key() -> str:
+        calls.append(threading.current_thread().name)
+        time.sleep(0.2)
+        return "key"
+
+    monkeypatch.setattr(triton_cache, "triton_key", slow_key)
+    monkeypatch.setattr(scheduler, "_primed", threading.Event())
+    pool = scheduler.CompileScheduler().size(8)
+    try:
+        jobs = [pool.submit(lambda i=i: i, Priority.CANDIDATE) for i in range(8)]
+        concurrent.futures.wait(jobs, timeout=30)
+        assert [job.result() for job in jobs] == list(range(8))
+        assert len(calls) == 1
+        pool.submit(lambda: None, Priority.AHEAD).result()
+        assert len(calls) == 1
+    finally:
+        pool.stop()
+
+
 def test_outdated_warmups_never_take_the_room_a_compile_ahead_waits_for(monkeypatch):
     """Under pytest-xdist (2 workers: 1 of this pool's 2 threads for work ahead of need), a
     SPECULATIVE job waits while an AHEAD one runs, and runs after the AHEAD queue is empty."""
