@@ -95,7 +95,9 @@ class Progress:
 
     def finished(self, winner: str, time_ms: float, seconds: float) -> None:
         """After the winner is chosen."""
-        if self.header_printed or (self.mode == "always"):
+        # A tuning that took long says so even when every stage was quiet (its time went to
+        # stages that print no line per config: the later benchmark stages, the decision).
+        if self.header_printed or self._active():
             self._header()
             parts = "; ".join(f"{what} {secs:.1f} s" for what, secs in self.phases)
             self._print(f"  best {winner} ({time_ms:.4f} ms), tuned in {seconds:.1f} s"
