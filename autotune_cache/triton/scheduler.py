@@ -33,6 +33,7 @@ import collections
 import contextlib
 import enum
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,14 @@ from autotune_cache.triton import process
 
 # Waiting for the compiles in flight before a tuning benchmarks: at most this long.
 HOLD_TIMEOUT_S = 60.0
+# The pool's threads run this much nicer (Linux, per thread) than the thread that started them:
+# their work is ahead of need, while a launch compiling what it needs now runs on its own thread
+# and must not queue for the CPU behind them. Profiled on the H200 (16 vCPUs, which compile 48
+# matmul candidates at once only 4.4x faster than one by one, threads or processes alike): in
+# Liger-Kernel's dump run, each test's plain @triton.jit compiles took 1.0-1.3 s longer than in
+# plain Triton's run, beside the tunings' candidates compiling in the background. A job a
+# launch waits for that no worker has started runs on the launch's thread, at its priority.
+WORKER_NICENESS = 5
 
 
 class Priority(enum.IntEnum):
@@ -82,6 +91,18 @@ def _prime_triton() -> None:
             pass
         finally:
             _primed.set()
+
+
+def _run_nicer(step: int) -> None:
+    """Lower the calling thread's CPU priority by `step` (Linux: a thread has its own nice
+    value); elsewhere, or where it is refused, nothing changes."""
+    if sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + step))
+    except (OSError, AttributeError):
+        pass
 
 
 class CompileJob(Future):  # type: ignore[type-arg]
@@ -242,6 +263,7 @@ class CompileScheduler:
 
     def _work(self) -> None:
         me = threading.current_thread()
+        _run_nicer(WORKER_NICENESS)
         while True:
             with self._cond:
                 job = self._next()

@@ -331,6 +331,25 @@ def test_candidates_run_before_compiles_ahead_and_a_waiter_runs_its_own_at_once(
         pool.stop()
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values are Linux's")
+def test_the_pools_threads_run_nicer_than_the_launches_that_wait():
+    """Work ahead of need runs at a lower CPU priority than the thread that needs a compile
+    now; a job that thread waits for and no worker started runs at its own priority."""
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    pool = scheduler.CompileScheduler().size(1)
+    try:
+        on_worker = pool.submit(nice, Priority.AHEAD)
+        concurrent.futures.wait([on_worker], timeout=30)
+        assert on_worker.result() == min(19, nice() + scheduler.WORKER_NICENESS)
+        with pool.held():
+            waited = pool.submit(nice, Priority.AHEAD)
+            assert waited.result() == nice()  # nobody had started it: run here
+    finally:
+        pool.stop()
+
+
 def test_the_first_jobs_hash_tritons_sources_once_not_each(monkeypatch):
     """Every compile's cache key starts with `triton_key()`, a hash of Triton's sources that
     Triton memoizes without a lock: 8 jobs starting together compute it once, on one thread,
