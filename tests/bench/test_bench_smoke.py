@@ -105,3 +105,13 @@ def test_process_cost_smoke(tmp_path):
     assert m["inside_ms_median"]["exit_ms"] > 0
     assert m["cost_ms"]["inside_median"] == round(sum(m["runs"]["inside_ms"][0].values()), 1)
     assert "The cache's cost, timed inside the child" in (out / "process_cost.md").read_text()
+
+
+def test_power_gap_smoke(tmp_path):
+    out = tmp_path / "out"
+    run("power_gap.py", out, tmp_path)
+    result = json.loads((out / "power_gap.json").read_text())
+    assert result["interpret"] is True
+    assert {g for by_gap in result["medians_ms"].values() for g in by_gap} == {"0.0", "0.01"}
+    rows = table_rows((out / "power_gap.md").read_text())
+    assert [r[0] for r in rows] == ["gap s", "0", "0.01"]
