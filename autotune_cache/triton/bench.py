@@ -238,22 +238,15 @@ def halving_stages(benchmark: Benchmark, candidates: int
 # least wins.
 TIE_MARGIN = 0.03
 DECIDE_ROUNDS = 3
-# Leaders whose scores are within this of the best are equal as far as the re-timing can tell
-# (bench/results/power_gap_h200_run1.md: a rested burst of either 4096^3 leader reads about 1 %
-# apart from one timing to the next): among them the one earliest in the kernel's candidate list
-# wins, so the pick repeats run after run instead of following the noise. Scenario R's H200 run
-# 14 picked 4 of 6 times the same 4096^3 config; in one of the other two tunings the kept leader
-# scored 0.9 % behind the one the other four kept, and was picked over it by chance.
-DECIDE_TOLERANCE = 0.01
 # The warmup is bench/triton_quality.py's (scenario D's bursts), so that the decision and the
-# check of it time a burst alike.
+# check of it time a burst alike (it was 5 ms until issue 38's last session).
 SHORT_REGIME = (10.0, 25.0)
 # Each burst starts after this long idle, so that it runs below the power cap, as a test's
 # launches do, and not in the heat the configured benchmark left. Measured on the H200
 # (bench/power_gap.py, bench/results/power_gap_h200_run1.md): right after a 100 ms benchmark a
 # 25 ms burst of the 4096^3 leaders reads 13 % slow, after 10 ms idle 5-7 %, after 50 ms 1.0-1.4 %
-# and after 100 ms or more as rested (within 1 %, the run's noise). 50 ms idles half as long as
-# 100 ms would: 0.3 s less for a tie of two leaders.
+# and after 100 ms or more as rested (within 1 %, the run's noise). 0.1 s until issue 38's last
+# session; each tie's decision now idles half as long (0.3 s less for two leaders).
 SHORT_GAP_S = 0.05
 
 
@@ -294,9 +287,8 @@ def decide(tied: Sequence[int], sustained: Mapping[int, float],
     `rounds` rounds, round r starting at leader r (mod the count), so no leader always runs
     first after another's heat. A leader whose re-timing raises is out. Each remaining leader's
     score is its worst slowdown over the two regimes: its median short time over the best
-    median, and its `sustained` time (the configured benchmark's) over the best of those. Of the
-    leaders scoring within DECIDE_TOLERANCE of the least score, the earliest candidate (the
-    lowest index: the kernel's own order) wins."""
+    median, and its `sustained` time (the configured benchmark's) over the best of those; the
+    least score wins, then the faster sustained time, then the earlier candidate."""
     short: dict[int, list[float]] = {i: [] for i in tied}
     out: set[int] = set()
     for r in range(rounds):
@@ -314,9 +306,10 @@ def decide(tied: Sequence[int], sustained: Mapping[int, float],
     best_short = min(medians.values())
     best_sustained = min(sustained[i] for i in medians)
 
-    scores = {i: max(medians[i] / best_short, sustained[i] / best_sustained) for i in medians}
-    least = min(scores.values())
-    return min(i for i, s in scores.items() if s <= least * (1 + DECIDE_TOLERANCE)), medians
+    def score(i: int) -> tuple[float, float, int]:
+        return (max(medians[i] / best_short, sustained[i] / best_sustained), sustained[i], i)
+
+    return min(medians, key=score), medians
 
 
 def choose_benchmark(*, interpreter: bool, do_bench: Callable[..., Any] | None,
