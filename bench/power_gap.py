@@ -51,13 +51,6 @@ def main() -> int:
     grid, call_args = w.operands(*shape, seed=sum(shape))
     launches = {name: (lambda kw=kw: fn[grid](*call_args, **kw)) for name, kw in leaders.items()}
 
-    def bench(launch, warmup: float, rep: float) -> float:
-        if w.INTERPRET:
-            started = time.perf_counter()
-            launch()
-            return (time.perf_counter() - started) * 1e3
-        return w.triton.testing.do_bench(launch, warmup=warmup, rep=rep, return_mode="median")
-
     for launch in launches.values():
         launch()
     samples = {name: {g: [] for g in gaps} for name in launches}
@@ -66,9 +59,9 @@ def main() -> int:
             gap = gaps[(i + rep) % len(gaps)]
             order = list(launches) if rep % 2 == 0 else list(launches)[::-1]
             for name in order:
-                bench(launches[name], 25, 100)  # the heat the finalists' benchmarks leave
+                w.time_ms(launches[name], 25, 100)  # the heat the finalists' benchmarks leave
                 time.sleep(gap)
-                samples[name][gap].append(bench(launches[name], 10, 25))
+                samples[name][gap].append(w.time_ms(launches[name], 10, 25))
     medians = {name: {str(g): round(statistics.median(v), 5) for g, v in by_gap.items()}
                for name, by_gap in samples.items()}
     args.out.mkdir(parents=True, exist_ok=True)

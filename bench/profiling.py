@@ -5,7 +5,7 @@ so a launch blocked on a compile shows as the wait it is), 100 times a second, a
 collapsed stacks (`--format raw`: one line per distinct stack, with its sample count) that
 `summarize` reads back. Sampling costs the child little, but a profiled run is for finding
 where time goes, not for the reported figures. py-spy comes from PyPI (`py-spy`), on PATH or
-as a wheel in `.whl/` (bench/README's carried-wheels recipe).
+as a wheel carried in `.whl/` (the carried files of docs/benchmarks.md's "Machines").
 """
 
 from __future__ import annotations

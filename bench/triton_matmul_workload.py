@@ -147,6 +147,16 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def time_ms(launch, warmup: float, rep: float) -> float:
+    """One timing of `launch` in ms: do_bench's median (`warmup`, `rep` ms) on a GPU, the host
+    wall clock of one launch under the interpreter."""
+    if INTERPRET:
+        started = time.perf_counter()
+        launch()
+        return (time.perf_counter() - started) * 1e3
+    return triton.testing.do_bench(launch, warmup=warmup, rep=rep, return_mode="median")
+
+
 def operands(m: int, n: int, k: int, seed: int) -> tuple:
     """One shape's launch: (grid, the kernel's positional arguments), with seeded fp16 operands
     a (m x k) and b (k x n) and an empty output c, the first three arguments."""

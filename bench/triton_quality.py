@@ -50,8 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import triton_matmul_workload as w  # noqa: E402, I001  (first: it picks the interpreter)
 
-triton = w.triton
-
 
 def interleaved(launches: dict, names: list[str], runs: int, warmup: float, rep: float,
                 gap: float = 0.0) -> dict[str, float]:
@@ -65,13 +63,7 @@ def interleaved(launches: dict, names: list[str], runs: int, warmup: float, rep:
         for name in names[start:] + names[:start]:
             if gap:
                 time.sleep(gap)
-            if w.INTERPRET:
-                started = time.perf_counter()
-                launches[name]()
-                samples[name].append((time.perf_counter() - started) * 1e3)
-            else:
-                samples[name].append(triton.testing.do_bench(
-                    launches[name], warmup=warmup, rep=rep, return_mode="median"))
+            samples[name].append(w.time_ms(launches[name], warmup, rep))
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
