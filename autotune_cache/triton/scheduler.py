@@ -93,16 +93,22 @@ def _prime_triton() -> None:
             _primed.set()
 
 
-def _run_nicer(step: int) -> None:
-    """Lower the calling thread's CPU priority by `step` (Linux: a thread has its own nice
-    value); elsewhere, or where it is refused, nothing changes."""
+def _nice() -> int | None:
+    """The calling thread's nice value (Linux: a thread has its own), or None elsewhere."""
     if sys.platform != "linux":
-        return
+        return None
     try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + step))
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+def _set_nice(value: int | None) -> None:
+    """Set the calling thread's nice value; where that is refused or unknown, nothing changes."""
+    if value is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), value)
 
 
 class CompileJob(Future):  # type: ignore[type-arg]
@@ -163,6 +169,10 @@ class CompileScheduler:
         self._threads: list[threading.Thread] = []
         self._workers = 1
         self._holders = 0
+        # Every worker's nice value: WORKER_NICENESS above the thread that started the first
+        # worker. Absolute, so that a worker started from another worker's job (which inherits
+        # that worker's value) is not made nicer again.
+        self._worker_nice: int | None = None
         self._stopping = False
         self._exit_hook = False
 
@@ -245,6 +255,9 @@ class CompileScheduler:
             except RuntimeError:  # already shutting down: whoever waits runs the job
                 return
             self._exit_hook = True
+        if self._worker_nice is None:
+            base = _nice()
+            self._worker_nice = None if base is None else min(19, base + WORKER_NICENESS)
         thread = threading.Thread(target=self._work, name="autotune-compile", daemon=False)
         self._threads.append(thread)
         thread.start()
@@ -263,7 +276,7 @@ class CompileScheduler:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        _run_nicer(WORKER_NICENESS)
+        _set_nice(self._worker_nice)
         while True:
             with self._cond:
                 job = self._next()

@@ -338,15 +338,37 @@ def test_the_pools_threads_run_nicer_than_the_launches_that_wait():
     def nice() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
-    pool = scheduler.CompileScheduler().size(1)
+    pool = scheduler.CompileScheduler().size(2)
+    expected = min(19, nice() + scheduler.WORKER_NICENESS)
     try:
         on_worker = pool.submit(nice, Priority.AHEAD)
         concurrent.futures.wait([on_worker], timeout=30)
-        assert on_worker.result() == min(19, nice() + scheduler.WORKER_NICENESS)
+        assert on_worker.result() == expected
         with pool.held():
             waited = pool.submit(nice, Priority.AHEAD)
             assert waited.result() == nice()  # nobody had started it: run here
     finally:
+        pool.stop()
+
+    # A job that queues another while it runs starts the second worker from a worker's thread
+    # (which it inherits its nice value from): that worker is as nice as the first, no nicer.
+    pool = scheduler.CompileScheduler().size(2)
+    release = threading.Event()
+    inner: list[scheduler.CompileJob] = []
+
+    def queues_another() -> None:
+        inner.append(pool.submit(nice, Priority.AHEAD))
+        release.wait(30)
+
+    try:
+        pool.submit(queues_another, Priority.AHEAD)
+        deadline = time.monotonic() + 30
+        while not (inner and inner[0].done()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the second worker runs it while the first is held in `outer`
+        assert inner and inner[0].done()
+        assert inner[0].result() == expected
+    finally:
+        release.set()
         pool.stop()
 
 
