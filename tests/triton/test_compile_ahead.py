@@ -352,16 +352,17 @@ def test_the_pools_threads_run_nicer_than_the_launches_that_wait():
 
     # A job that queues another while it runs starts the second worker from a worker's thread
     # (which it inherits its nice value from): that worker is as nice as the first, no nicer.
+    # Candidates: under pytest-xdist work ahead of need gets one of these two threads.
     pool = scheduler.CompileScheduler().size(2)
     release = threading.Event()
     inner: list[scheduler.CompileJob] = []
 
     def queues_another() -> None:
-        inner.append(pool.submit(nice, Priority.AHEAD))
+        inner.append(pool.submit(nice, Priority.CANDIDATE))
         release.wait(30)
 
     try:
-        pool.submit(queues_another, Priority.AHEAD)
+        pool.submit(queues_another, Priority.CANDIDATE)
         deadline = time.monotonic() + 30
         while not (inner and inner[0].done()) and time.monotonic() < deadline:
             time.sleep(0.01)  # the second worker runs it while the first is held in `outer`
