@@ -21,8 +21,8 @@ from tests.triton.kernels import candidate_times
 def test_default_gpu_benchmark_is_screened_twice_then_run_as_configured():
     configured = GpuBenchmark()
     stages = halving_stages(configured, 48)
-    assert [(b.warmup, b.rep, keep) for b, keep in stages[:-1]] == [(5.0, 10.0, 4),
-                                                                    (10.0, 40.0, 4)]
+    assert [(b.warmup, b.rep, keep) for b, keep in stages[:-1]] == [(1.0, 2.0, 4),
+                                                                    (5.0, 20.0, 4)]
     assert stages[-1] == (configured, None)
     assert {b.method for b, _ in stages} == {"do_bench"}  # one method: timings stay comparable
 
@@ -40,7 +40,7 @@ def test_only_event_timed_gpu_benchmarks_are_screened(timer):
 def test_few_candidates_or_a_short_rep_are_not_screened():
     assert len(halving_stages(GpuBenchmark(), MIN_SURVIVORS)) == 1
     short = GpuBenchmark(warmup=5, rep=20)
-    assert [(b.rep, keep) for b, keep in halving_stages(short, 48)] == [(10.0, 4), (20, None)]
+    assert [(b.rep, keep) for b, keep in halving_stages(short, 48)] == [(2.0, 4), (20, None)]
 
 
 def test_the_winner_is_a_finalist_and_the_others_keep_their_screening_times(
