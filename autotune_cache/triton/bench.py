@@ -204,8 +204,7 @@ class FakeBenchmarkRunner:
 # few of those with the configured benchmark. Each screening stage: (warmup ms, rep ms, keep 1 in
 # N). The first stage only has to drop the clearly slow: on the H200 the best quarter of the
 # brief's 48 matmul configs spans 1.0-1.45x of the fastest, the rest up to 27x, so a 2 ms rep
-# (8-20 timed calls at those sizes) ranks it; until issue 38 it was (5, 10) and the second stage
-# (10, 40), which took 0.75 + 0.6 s of each 2.2 s key in scenario C.
+# (8-20 timed calls at those sizes) ranks it. 0013's addendum has what the longer stages cost.
 SCREENING_STAGES: tuple[tuple[float, float, int], ...] = ((1.0, 2.0, 4), (5.0, 20.0, 4))
 # Never fewer candidates than this reach the next stage.
 MIN_SURVIVORS = 3
