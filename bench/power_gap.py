@@ -1,6 +1,7 @@
-"""How long the GPU must idle after a sustained benchmark before a short burst reads as rested.
+"""How long the GPU must idle after a benchmark before a short burst reads as rested.
 
-    python3 bench/power_gap.py OUT_DIR [--reps 7] [--gaps 0,0.01,0.025,0.05,0.1,0.2,0.5] [--smoke]
+    python3 bench/power_gap.py OUT_DIR [--reps 7] [--gaps 0,0.01,0.025,0.05,0.1,0.2,0.5]
+                               [--heat sustained|burst] [--smoke]
 
 The decision among tied leaders (autotune_cache/triton/bench.py, SHORT_GAP_S) times each burst
 after an idle gap, so that it runs below the power cap as a test's launches do, not in the heat
@@ -9,7 +10,8 @@ of the configured 100 ms benchmarks that precede it. This measures what the gap 
 bench/triton_matmul_workload.py), each rep heating the GPU with one sustained benchmark (warmup
 25 ms, rep 100 ms), idling `gap` seconds, then timing one burst (warmup 10 ms, rep 25 ms); the
 gaps in a rotated order, the two configs alternating which goes first; the median per gap.
-Writes OUT_DIR/power_gap.json and .md. `--smoke`: the interpreter, a tiny shape, host wall
+`--heat burst` heats with one burst instead: what precedes every burst of the decision but its
+first. Writes OUT_DIR/power_gap.json and .md. `--smoke`: the interpreter, a tiny shape, host wall
 clock, two gaps (CI checks that the script runs, never its numbers).
 """
 
@@ -29,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import triton_matmul_workload as w  # noqa: E402
 
+# What heats the GPU before the gap: (warmup ms, rep ms).
+HEATS = {"sustained": (25, 100), "burst": (10, 25)}
 LEADERS = {"3 stages": {"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 3},
            "4 stages": {"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 4}}
 
@@ -38,8 +42,11 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--gaps", default="0,0.01,0.025,0.05,0.1,0.2,0.5")
+    parser.add_argument("--heat", choices=sorted(HEATS), default="sustained",
+                        help="the benchmark before the gap: the configured one, or a burst")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
+    heat = HEATS[args.heat]
     gaps = [0.0, 0.01] if args.smoke else [float(g) for g in args.gaps.split(",")]
     reps = 1 if args.smoke else args.reps
     if w.INTERPRET:
@@ -59,13 +66,14 @@ def main() -> int:
             gap = gaps[(i + rep) % len(gaps)]
             order = list(launches) if rep % 2 == 0 else list(launches)[::-1]
             for name in order:
-                w.time_ms(launches[name], 25, 100)  # the heat the finalists' benchmarks leave
+                w.time_ms(launches[name], *heat)  # the heat the benchmark before leaves
                 time.sleep(gap)
                 samples[name][gap].append(w.time_ms(launches[name], 10, 25))
     medians = {name: {str(g): round(statistics.median(v), 5) for g, v in by_gap.items()}
                for name, by_gap in samples.items()}
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"shape": list(shape), "reps": reps, "interpret": w.INTERPRET, "medians_ms": medians}
+    result = {"shape": list(shape), "reps": reps, "interpret": w.INTERPRET, "heat": args.heat,
+              "heat_ms": list(heat), "medians_ms": medians}
     (args.out / "power_gap.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = ["| gap s | " + " | ".join(medians) + " |", "| --- |" + " --- |" * len(medians)]
     rested = {name: by_gap[str(gaps[-1])] for name, by_gap in medians.items()}

@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def run(script: str, out: Path, tmp_path: Path) -> None:
+def run(script: str, out: Path, tmp_path: Path, *extra: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
            "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     env.pop("AUTOTUNE_FLAGS", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), str(out), "--smoke"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
+    command = [sys.executable, str(ROOT / "bench" / script), str(out), "--smoke", *extra]
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -107,11 +107,13 @@ def test_process_cost_smoke(tmp_path):
     assert "The cache's cost, timed inside the child" in (out / "process_cost.md").read_text()
 
 
-def test_power_gap_smoke(tmp_path):
+@pytest.mark.parametrize("heat,heat_ms", [("sustained", [25, 100]), ("burst", [10, 25])])
+def test_power_gap_smoke(tmp_path, heat, heat_ms):
     out = tmp_path / "out"
-    run("power_gap.py", out, tmp_path)
+    run("power_gap.py", out, tmp_path, "--heat", heat)
     result = json.loads((out / "power_gap.json").read_text())
     assert result["interpret"] is True
+    assert (result["heat"], result["heat_ms"]) == (heat, heat_ms)
     assert {g for by_gap in result["medians_ms"].values() for g in by_gap} == {"0.0", "0.01"}
     rows = table_rows((out / "power_gap.md").read_text())
     assert [r[0] for r in rows] == ["gap s", "0", "0.01"]
