@@ -177,6 +177,8 @@ class Runner:
         # --profile: the passes to run under py-spy (bench/profiling.py), and its binary.
         self.profile: set[str] = set()
         self.py_spy = ""
+        # --autotune-flags: AUTOTUNE_FLAGS every S pass gets after its own (an A/B of a flag).
+        self.extra_flags = ""
 
     def env(self, p: Pass, cache_dir: Path) -> dict[str, str]:
         drop = ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTEST_ADDOPTS")
@@ -190,6 +192,8 @@ class Runner:
         env.update(PYTHONPATH=os.pathsep.join(paths),
                    TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1",
                    SUITE_PROBE_OUT=str(self.work / f"probe-{p.name}.json"))
+        if self.extra_flags and p.name.startswith("S-") and self.extra_flags not in p.flags:
+            p.flags = " ".join(filter(None, [p.flags, self.extra_flags]))  # in the raw record
         if p.flags:
             env["AUTOTUNE_FLAGS"] = p.flags
         if self.smoke:
@@ -651,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-server", default=None,
                         help="redis-server binary (default: PATH, then .whl/); a lib/ beside "
                         "it is used")
+    parser.add_argument("--autotune-flags", default="", metavar="FLAGS",
+                        help="AUTOTUNE_FLAGS every S pass gets after its own: an A/B of a flag "
+                             "(two runs on one lease, one with it)")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch directory for the Triton caches (default OUT/work)")
     parser.add_argument("--resummarize", type=Path, default=None, metavar="JSON",
@@ -676,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(suite, tests_root, args.out.resolve(), work, args.smoke, args.pass_timeout,
                     time.monotonic() + args.deadline)
     runner.profile = {n.strip() for n in args.profile.split(",") if n.strip()}
+    runner.extra_flags = args.autotune_flags.strip()
     if runner.profile:
         runner.py_spy = profiling.py_spy(work)
     redis_binary = redis_local.find_binary(args.redis_server, work)

@@ -25,8 +25,9 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "suite_perf.py"), str(out),
-                             "--smoke", "--passes", passes], env=env, text=True,
-                            capture_output=True, timeout=600)
+                             "--smoke", "--passes", passes,
+                             "--autotune-flags=--autotune_compile_workers=2"],
+                            env=env, text=True, capture_output=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads((out / "suite_perf_fake.json").read_text())
     assert (out / "suite_perf_fake.md").read_text().startswith("# suite_perf: fake")
@@ -35,6 +36,12 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     ran = [n for n in passes.split(",")] + (["S-fill"] if "S-shared" in passes else [])
     assert sorted(totals) == sorted(ran)
     assert data["identical_outcomes"] is True
+    # --autotune-flags reaches every S pass, after the pass's own, and no plain-Triton pass.
+    flags = {n: r["flags"] for n, r in data["raw"].items()}
+    assert flags["P"] == flags["W"] == ""
+    assert flags["S-cold"] == flags["S-load"] == "--autotune_compile_workers=2"
+    if "S-shared" in flags:
+        assert flags["S-shared"].endswith(" --autotune_compile_workers=2")
     for name in ran:
         assert totals[name]["rc"] == 0, name
         assert totals[name]["outcomes"] == {"passed": 4, "skipped": 1}, name
