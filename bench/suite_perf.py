@@ -192,8 +192,6 @@ class Runner:
         env.update(PYTHONPATH=os.pathsep.join(paths),
                    TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1",
                    SUITE_PROBE_OUT=str(self.work / f"probe-{p.name}.json"))
-        if self.extra_flags and p.name.startswith("S-") and self.extra_flags not in p.flags:
-            p.flags = " ".join(filter(None, [p.flags, self.extra_flags]))  # in the raw record
         if p.flags:
             env["AUTOTUNE_FLAGS"] = p.flags
         if self.smoke:
@@ -210,6 +208,8 @@ class Runner:
         cmd = [sys.executable, "-m", "pytest", "-p", "suite_probe", *self.plugin_args, "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "-o", "log_cli=false",
                "--rootdir", str(self.tests_root), *self.suite.args, *p.options]
+        if self.extra_flags and p.name.startswith("S-"):
+            p.flags = " ".join(filter(None, [p.flags, self.extra_flags]))  # in the raw record
         env = self.env(p, cache_dir)
         if p.name in self.profile:
             cmd = profiling.wrap(self.py_spy, cmd, self.out / f"profile-{p.name}.txt")
