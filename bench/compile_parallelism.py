@@ -90,11 +90,22 @@ def _prime(target: tuple[str, int, int]) -> None:
             os.environ["TRITON_CACHE_DIR"] = measured
 
 
-def _ready(seconds: float, target: tuple[str, int, int]) -> int:
-    """A worker's start: primed, then busy for `seconds`, so that every worker of the pool
-    starts before the candidates are handed out."""
+# The pool's start barrier (set in each worker by _join): no worker takes a second start task,
+# so every one of them starts, and `--workers N` compiles on N processes. A pool of spawned
+# processes starts them on demand: without it a worker that started early took two start
+# tasks and the H200's run 1 compiled on 14 of 16.
+_barrier: Any = None
+
+
+def _join(barrier: Any) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def _ready(target: tuple[str, int, int]) -> int:
+    """A worker's start: primed, then waiting until every worker is."""
     _prime(target)
-    time.sleep(seconds)
+    _barrier.wait()
     return os.getpid()
 
 
@@ -115,17 +126,18 @@ def run_threads(workers: int, target: tuple[str, int, int]) -> dict[str, Any]:
 
 
 def run_processes(workers: int, target: tuple[str, int, int]) -> dict[str, Any]:
-    hold = 0.5
+    context = multiprocessing.get_context("spawn")
     started = time.perf_counter()
-    with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pids = set(pool.map(_ready, [hold] * workers, [target] * workers))
+    with cf.ProcessPoolExecutor(workers, mp_context=context, initializer=_join,
+                                initargs=(context.Barrier(workers, timeout=600),)) as pool:
+        pids = set(pool.map(_ready, [target] * workers))
         ready = time.perf_counter()
         each = list(pool.map(compile_one, range(len(w.CONFIGS)), [target] * len(w.CONFIGS)))
         compiled = time.perf_counter()
     load_started = time.perf_counter()
     for i in range(len(w.CONFIGS)):  # the parent takes them from the cache dir the pool filled
         compile_one(i, target)
-    return {"start_s": max(0.0, ready - started - hold), "processes": len(pids),
+    return {"start_s": ready - started, "processes": len(pids),
             "compile_s": compiled - ready, "each_s": sum(each),
             "parent_load_s": time.perf_counter() - load_started}
 
