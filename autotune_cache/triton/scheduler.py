@@ -41,7 +41,7 @@ from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from autotune_cache.foundation import env
-from autotune_cache.triton import process
+from autotune_cache.triton import compile_helper, process
 
 # Waiting for the compiles in flight before a tuning benchmarks: at most this long.
 HOLD_TIMEOUT_S = 60.0
@@ -175,6 +175,7 @@ class CompileScheduler:
         self._worker_nice: int | None = None
         self._stopping = False
         self._exit_hook = False
+        self._helper_tried = False
 
     # ----- configuration --------------------------------------------------------------------
 
@@ -211,6 +212,11 @@ class CompileScheduler:
     def enqueue(self, job: CompileJob) -> CompileJob:
         """Queue a job made beforehand (a caller that hands out jobs before queueing them in
         an order of its own); returns it."""
+        if not self._helper_tried and not sum(self._running.values()):
+            # No compile runs on the pool now: the one moment the compile helper may be forked
+            # (compile_helper.py; a fork copies every lock as it is, and a compile holds LLVM's).
+            self._helper_tried = True
+            compile_helper.start_if_enabled()
         with self._cond:
             self._queues[job.priority].append(job)
             self._start_thread()
@@ -288,7 +294,8 @@ class CompileScheduler:
                     job = self._next()
                 self._running[job.priority] += 1
             try:
-                job.run()
+                with compile_helper.allowed():  # its compiles may go to the helper first
+                    job.run()
             finally:
                 with self._cond:
                     self._running[job.priority] -= 1

@@ -48,8 +48,9 @@ def _worker(phase: str, results: Path, cache_dir: Path, **extra: str) -> dict:
 def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_path):
     """Triton's real compiler for sm_90 on the CPU. The dump keeps the plain kernel's two
     specializations, not the compiles of our tuner's kernel or of Triton's own autotuner. A
-    fresh process with an empty compile cache compiles both on the pool, started by its first
-    compile of another kernel, and its own compiles of them run no ptxas. While no pool thread
+    fresh process with an empty compile cache compiles both on the pool (in processes the compile
+    helper forks), started by its first compile of another kernel, and its own compiles of them
+    run no ptxas. While no pool thread
     may start, each launch runs its queued warm-up itself: still one compile each. A changed
     kernel source compiles nothing ahead."""
     results = tmp_path / "r.textproto"
@@ -60,9 +61,15 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
 
     on_pool = _worker("load", results, tmp_path / "tc-load")
     assert on_pool == {"queued_ok": [True, True], "launch_compiles": [True, True],
-                       "ptxas": [["add_kernel", "pool"], ["add_kernel", "pool"],
+                       "ptxas": [["add_kernel", "helper"], ["add_kernel", "helper"],
                                  ["double_in_place_kernel", "MainThread"]],
                        "warmups_ahead": 2, "summary_mentions": True}
+
+    # Without the compile helper, the pool's threads run the compiles themselves.
+    threads = _worker("load", results, tmp_path / "tc-threads", WARMUP_TEST_HELPER="off")
+    assert threads["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
+                                ["double_in_place_kernel", "MainThread"]]
+    assert threads["launch_compiles"] == [True, True] and threads["warmups_ahead"] == 2
 
     held = _worker("load-held", results, tmp_path / "tc-held")
     assert held["ptxas"] == [["add_kernel", "MainThread"], ["add_kernel", "MainThread"],
@@ -74,7 +81,7 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     # them (compile-cache hits, no ptxas) and the new dump records them with the run's own.
     regen = _worker("regen", results, tmp_path / "tc-regen")
     assert regen["queued_ok"] == [True, True] and regen["warmups_ahead"] == 2
-    assert regen["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
+    assert regen["ptxas"] == [["add_kernel", "helper"], ["add_kernel", "helper"],
                               ["double_in_place_kernel", "MainThread"]]
     dip = "tests.triton.kernels.double_in_place_kernel"
     assert regen["warmups"] == [add, add, dip] and regen["recorded"] == 3

@@ -10,7 +10,7 @@ thread may start (a tuning benchmarks), so each of those compiles runs its queue
 once. `regen PATH`: `load` in a process that also dumps (to PATH.regen.textproto: a regeneration
 in place), which compiles the warm-ups ahead into the compile cache only, so its launches still
 compile them (compile-cache hits) and its dump records them. Prints who ran ptxas for which
-kernel.
+kernel (a process the compile helper forked is "helper").
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"
 
@@ -43,20 +45,28 @@ def do_bench(kernel_call, quantiles):  # times without launching: there is no GP
     return [1.0] * len(quantiles)
 
 
-def ptxas_runs() -> list[tuple[str, str]]:
-    """(kernel, thread) of every real compile's ptxas step from now on (a compile-cache hit
-    runs none)."""
-    runs: list[tuple[str, str]] = []
-    original = nvidia.CUDABackend.make_cubin
+class PtxasRuns:
+    """(kernel, where) of every real compile's ptxas step from now on (a compile-cache hit runs
+    none): a thread's name ("pool" for the compile scheduler's), or "helper" for a process the
+    compile helper forked (compile_helper.py), which writes into the same file."""
 
-    def make_cubin(self, src, metadata, opt, capability):
-        thread = threading.current_thread().name
-        runs.append((metadata["name"], "pool" if thread.startswith("autotune-compile")
-                     else thread))
-        return original(self, src, metadata, opt, capability)
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp()) / "ptxas.jsonl"
+        main_pid, original, path = os.getpid(), nvidia.CUDABackend.make_cubin, self.path
 
-    nvidia.CUDABackend.make_cubin = make_cubin
-    return runs
+        def make_cubin(self, src, metadata, opt, capability):
+            thread = threading.current_thread().name
+            where = ("helper" if os.getpid() != main_pid else
+                     "pool" if thread.startswith("autotune-compile") else thread)
+            with path.open("a") as f:
+                f.write(json.dumps([metadata["name"], where]) + "\n")
+            return original(self, src, metadata, opt, capability)
+
+        nvidia.CUDABackend.make_cubin = make_cubin
+
+    def sorted(self) -> list[list[str]]:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        return sorted(json.loads(line) for line in lines)
 
 
 def main() -> None:
@@ -85,8 +95,9 @@ def main() -> None:
     if os.environ.get("WARMUP_TEST_SOURCE"):  # the kernel was edited since the dump
         warmups.source_fingerprint = lambda fn: os.environ["WARMUP_TEST_SOURCE"]
     regen = f"{path}.regen.textproto" if phase == "regen" else None
-    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2))
-    runs = ptxas_runs()
+    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2,
+                       compile_helper=os.environ.get("WARMUP_TEST_HELPER") != "off"))
+    runs = PtxasRuns()
     with contextlib.ExitStack() as stack:
         if phase == "load-held":  # no pool thread starts: each launch runs its own warm-up
             stack.enter_context(scheduler.scheduler().held())
@@ -101,7 +112,7 @@ def main() -> None:
     if regen is not None:
         written = get_cache().finish_dump()
         print(json.dumps({
-            "ptxas": sorted(runs), "written": written,
+            "ptxas": runs.sorted(), "written": written,
             "warmups": sorted(CacheKey.from_proto(e.key).kernel for e in load_results(regen)
                               if is_warmup(CacheKey.from_proto(e.key))),
             "fingerprints": sorted({e.key.source_fingerprint for e in load_results(regen)
@@ -113,7 +124,7 @@ def main() -> None:
     print(json.dumps({
         "queued_ok": [p.result() if p.done() else None for p in queued],
         "launch_compiles": compiled,
-        "ptxas": sorted(runs),
+        "ptxas": runs.sorted(),
         "warmups_ahead": stats.warmups_ahead,
         "summary_mentions": "queued 2 plain @triton.jit" in stats.summary_line(),
     }))

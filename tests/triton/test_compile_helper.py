@@ -1,0 +1,134 @@
+"""The compile helper (autotune_cache/triton/compile_helper.py): a process forked from this one
+compiles what a scheduler thread is about to, into Triton's compile cache, and the thread's own
+compile then finds it there. The scenarios with real compiles for sm_90 (Triton's bundled
+ptxas, no GPU needed) run in a process that imported Triton for a GPU
+(compile_helper_worker.py); nothing is ever produced by the helper that Triton does not then
+load itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from autotune_cache.triton import compile_helper, scheduler  # noqa: E402
+from autotune_cache.triton.compile_helper import CompileHelper  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = GPUTarget("cuda", 90, 32)
+OPTIONS = {"num_warps": 4, "num_stages": 2}
+
+
+@pytest.fixture
+def helper():
+    made = CompileHelper()
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize("scenario", [
+    "fills",  # a forked child fills the compile cache; Triton's own compile then only loads
+    "main_kernel",  # a script's kernel (in __main__): the server is a copy, so it has it
+    "no_exit_hooks",  # neither the server nor a child runs an exit hook (a dump run's write)
+    "imported_after",  # a module imported after the fork is compiled here, never sent
+    "source_changed",  # a kernel changed since the fork is compiled here, and never sent again
+    "variables_of_now",  # a cache-invalidating variable set after the fork reaches the child
+    "died",  # a killed server: its requests answered, compiled here, never started again
+])
+def test_the_compile_helper_with_real_compiles(scenario, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.pop("TRITON_DISABLE_LINE_INFO", None)
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.compile_helper_worker", scenario,
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert f"ok {scenario}" in proc.stdout
+
+
+def test_a_kernel_defined_in_a_function_is_compiled_here_without_asking(helper, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+    def local_kernel():
+        @triton.jit
+        def k(x):
+            pass
+
+        return k
+
+    assert helper.start()
+    why = helper.prefill(ASTSource(local_kernel(), {"x": "*fp32"}, {}, {}), TARGET, OPTIONS,
+                         None)
+    assert why is not None and "defined inside a function" in why
+    assert helper.next_id == 0
+
+
+def test_a_helper_not_started_compiles_nothing(helper, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+    @triton.jit
+    def k(x):
+        pass
+
+    monkeypatch.setattr(k.fn, "__qualname__", "k")
+    why = helper.prefill(ASTSource(k, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    assert why == "the compile helper was not started (compiles were running)"
+    assert helper.next_id == 0
+
+
+def test_the_scheduler_forks_the_helper_once_at_its_first_job_before_any_runs(monkeypatch):
+    started: list[int] = []
+    monkeypatch.setattr(compile_helper, "start_if_enabled",
+                        lambda: started.append(sum(pool._running.values())))
+    pool = scheduler.CompileScheduler().size(2)
+    release = threading.Event()
+    first = pool.submit(lambda: release.wait(30), scheduler.Priority.CANDIDATE)
+    second = pool.submit(lambda: "two", scheduler.Priority.CANDIDATE)
+    release.set()
+    assert first.result(timeout=30) is True and second.result(timeout=30) == "two"
+    assert started == [0]
+
+
+def test_only_the_scheduler_workers_compiles_go_to_the_helper(monkeypatch):
+    asked: list[object] = []
+    compiled: list[object] = []
+
+    class Fake:
+        def prefill(self, src, target, options, env_vars):
+            asked.append((src, target, options, env_vars))
+
+    monkeypatch.setattr(compile_helper, "helper", Fake)
+    monkeypatch.setattr(compile_helper, "enabled", lambda: True)
+    monkeypatch.setattr(compile_helper, "_original",
+                        lambda src, *a, **k: compiled.append((src, a, k)) or "kernel")
+    assert compile_helper._compile("src", target=TARGET, options=OPTIONS) == "kernel"
+    assert asked == []  # a launch's own thread: Triton compiles at once
+    with compile_helper.allowed():
+        assert compile_helper._compile("src", TARGET, OPTIONS, _env_vars={"A": "1"}) == "kernel"
+    assert asked == [("src", TARGET, OPTIONS, {"A": "1"})]
+    assert compiled[-1] == ("src", (TARGET, OPTIONS), {"_env_vars": {"A": "1"}})
+
+
+def test_triton_takes_compile_from_the_patch():
+    import triton.compiler
+
+    import autotune_cache.triton  # noqa: F401 - installs the patch
+
+    assert triton.compiler.compile is compile_helper._compile
+
+
+def test_the_flag_turns_it_off():
+    from autotune_cache.config.flags import parse_flags
+
+    assert parse_flags("").compile_helper is True
+    assert parse_flags("--autotune_compile_helper=false").compile_helper is False
