@@ -11,8 +11,8 @@ So a compile that a scheduler thread runs (never one a launch waits for on its o
 first done by a forked process, into the same TRITON_CACHE_DIR; the thread waits for it without
 the GIL and then runs Triton's own compile, which finds the binary in the cache (a few ms).
 
-How the processes are made: when the scheduler queues work and none of its threads is
-compiling, this process forks one **compile server** (`start`), once. The server is a copy of
+How the processes are made: when the scheduler queues work and nothing is compiling, this
+process forks one **compile server** (`start`), once. The server is a copy of
 this process at that moment: every module imported so far, `__main__` included, is there, so
 nothing is imported again and no interpreter starts. For each compile it forks a child, which
 looks the kernel up by module and name, checks that its copy has this process's source
@@ -37,8 +37,9 @@ A Triton setting made in code (a `triton.knobs` attribute assigned, not a variab
 server was forked is not seen by its children; one that changes the binary without changing its
 cache key is a Triton bug already (another process sharing the cache would take the binary too).
 
-The fork is made from the thread that queues the work, with no compile running on the
-scheduler's threads: a fork copies every lock as it is, and a compile holds LLVM's. The server
+The fork is made from the thread that queues the work, while no Triton compile runs on any
+thread of this process (and none may start until it is made): a fork copies every lock as it
+is, and a compile holds LLVM's. The server
 runs nicer than this process (NICENESS, as the scheduler's threads), ignores Ctrl-C (this
 process handles it) and ends when its request pipe closes, i.e. with this process.
 `--autotune_compile_helper=false` turns it off; it is off under the interpreter, with one
@@ -95,17 +96,24 @@ def allowed() -> Any:
 # The pipe ends this process holds to its server: a forked child (the server, its children, a
 # child the user forks) closes them, so the server sees its pipe close when this process ends.
 _parent_ends: set[int] = set()
+# Triton compiles running in this process now, on any thread (every compile of a JIT function
+# passes `_compile`). The server is forked only while there are none, holding the lock so that
+# none starts meanwhile: a fork copies every lock as it is, and a compile holds LLVM's.
+_inflight_lock = threading.Lock()
+_inflight = 0
 
 
-def _close_parent_ends() -> None:
+def _after_fork_in_child() -> None:
+    global _inflight_lock, _inflight
     for fd in list(_parent_ends):
         with contextlib.suppress(OSError):
             os.close(fd)
     _parent_ends.clear()
+    _inflight_lock, _inflight = threading.Lock(), 0  # its holder, if any, is not in the child
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_parent_ends)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class CompileHelper:
@@ -130,11 +138,13 @@ class CompileHelper:
     # ----- the server -------------------------------------------------------------------------
 
     def start(self) -> bool:
-        """Fork the server now, once; whether it runs. The caller makes sure that no scheduler
-        thread compiles (scheduler.enqueue): the fork copies every lock as it is."""
-        with self.lock:
+        """Fork the server now, once, unless a compile runs in this process (then not yet:
+        whoever calls again later may start it); whether it runs."""
+        with self.lock, _inflight_lock:
             if self.pid is not None or self.gone is not None:
                 return self.gone is None
+            if _inflight:
+                return False
             try:
                 request_read, request_write = os.pipe()
                 answer_read, answer_write = os.pipe()
@@ -504,14 +514,18 @@ def enabled() -> bool:
             and not interpreter_active())
 
 
-def start_if_enabled() -> None:
-    """Start the server when it is enabled (the scheduler, queueing with no compile running).
-    Never raises: the helper is only a head start."""
+def start_if_enabled() -> bool:
+    """Start the server when it is enabled (the scheduler, queueing with no compile of its own
+    running); whether that is settled: started, gone, or off. False: a compile ran on another
+    thread, so ask again at a later queueing. Never raises: the helper is only a head start."""
     try:
-        if _original is not None and enabled():
-            helper().start()
+        if _original is None or not enabled():
+            return True
+        made = helper()
+        return made.start() or made.gone is not None
     except Exception as e:  # noqa: BLE001
         log.debug("autotune_cache: the compile helper did not start: %s", e)
+        return True
 
 
 _original: Any = None
@@ -520,15 +534,22 @@ _original: Any = None
 def _compile(src: Any, *args: Any, **kwargs: Any) -> Any:
     """Triton's `compile(src, target=None, options=None, _env_vars=None)`, after a child
     compiled the same into the cache, when this runs on a scheduler worker (`allowed`)."""
-    if getattr(_local, "allowed", False):
-        named = dict(zip(("target", "options", "_env_vars"), args, strict=False), **kwargs)
-        try:
-            if named.get("target") is not None and enabled():
-                helper().prefill(src, named["target"], named.get("options"),
-                                 named.get("_env_vars"))
-        except Exception as e:  # noqa: BLE001 - the helper is only a head start
-            log.debug("autotune_cache: the compile helper failed: %s", e)
-    return _original(src, *args, **kwargs)
+    global _inflight
+    with _inflight_lock:
+        _inflight += 1
+    try:
+        if getattr(_local, "allowed", False):
+            named = dict(zip(("target", "options", "_env_vars"), args, strict=False), **kwargs)
+            try:
+                if named.get("target") is not None and enabled():
+                    helper().prefill(src, named["target"], named.get("options"),
+                                     named.get("_env_vars"))
+            except Exception as e:  # noqa: BLE001 - the helper is only a head start
+                log.debug("autotune_cache: the compile helper failed: %s", e)
+        return _original(src, *args, **kwargs)
+    finally:
+        with _inflight_lock:
+            _inflight -= 1
 
 
 def patch() -> None:

@@ -175,7 +175,7 @@ class CompileScheduler:
         self._worker_nice: int | None = None
         self._stopping = False
         self._exit_hook = False
-        self._helper_tried = False
+        self._helper_settled = False
 
     # ----- configuration --------------------------------------------------------------------
 
@@ -212,11 +212,11 @@ class CompileScheduler:
     def enqueue(self, job: CompileJob) -> CompileJob:
         """Queue a job made beforehand (a caller that hands out jobs before queueing them in
         an order of its own); returns it."""
-        if not self._helper_tried and not sum(self._running.values()):
-            # No compile runs on the pool now: the one moment the compile helper may be forked
-            # (compile_helper.py; a fork copies every lock as it is, and a compile holds LLVM's).
-            self._helper_tried = True
-            compile_helper.start_if_enabled()
+        if not self._helper_settled and not sum(self._running.values()):
+            # No compile runs on the pool now: the compile helper may be forked, if none runs
+            # on any other thread either (compile_helper.py: a fork copies every lock as it
+            # is, and a compile holds LLVM's).
+            self._helper_settled = compile_helper.start_if_enabled()
         with self._cond:
             self._queues[job.priority].append(job)
             self._start_thread()

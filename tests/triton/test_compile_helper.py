@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -86,17 +87,40 @@ def test_a_helper_not_started_compiles_nothing(helper, monkeypatch):
     assert helper.next_id == 0
 
 
-def test_the_scheduler_forks_the_helper_once_at_its_first_job_before_any_runs(monkeypatch):
-    started: list[int] = []
-    monkeypatch.setattr(compile_helper, "start_if_enabled",
-                        lambda: started.append(sum(pool._running.values())))
+@pytest.mark.parametrize("settles_at", [1, 2])
+def test_the_scheduler_starts_the_helper_when_it_queues_with_nothing_compiling(monkeypatch,
+                                                                              settles_at):
+    """Asked at each queueing while no pool thread compiles, until the start is settled (made,
+    gone or off); not settled means a compile ran on another thread: asked again later."""
+    asked: list[int] = []
+
+    def start_if_enabled() -> bool:
+        asked.append(sum(pool._running.values()))
+        return len(asked) >= settles_at
+
+    monkeypatch.setattr(compile_helper, "start_if_enabled", start_if_enabled)
     pool = scheduler.CompileScheduler().size(2)
-    release = threading.Event()
-    first = pool.submit(lambda: release.wait(30), scheduler.Priority.CANDIDATE)
-    second = pool.submit(lambda: "two", scheduler.Priority.CANDIDATE)
-    release.set()
-    assert first.result(timeout=30) is True and second.result(timeout=30) == "two"
-    assert started == [0]
+    for i in range(3):
+        assert pool.submit(lambda i=i: i, scheduler.Priority.CANDIDATE).result(timeout=30) == i
+    assert asked == [0] * settles_at
+
+
+def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
+    """Any thread's compile (every JIT compile passes the patch) defers the fork: it would copy
+    LLVM's locks as that compile holds them."""
+    monkeypatch.setattr(compile_helper, "_original", lambda *a, **k: entered.wait(30))
+    entered = threading.Event()
+    compiling = threading.Thread(target=compile_helper._compile, args=("src",))
+    compiling.start()
+    try:
+        deadline = time.monotonic() + 30
+        while compile_helper._inflight == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert helper.start() is False and helper.pid is None and helper.gone is None
+    finally:
+        entered.set()
+        compiling.join(30)
+    assert compile_helper._inflight == 0
 
 
 def test_only_the_scheduler_workers_compiles_go_to_the_helper(monkeypatch):
