@@ -213,10 +213,10 @@ class CompileScheduler:
         """Queue a job made beforehand (a caller that hands out jobs before queueing them in
         an order of its own); returns it."""
         if not self._helper_settled and not sum(self._running.values()):
-            # No compile runs on the pool now: the compile helper may be forked, if none runs
-            # on any other thread either (compile_helper.py: a fork copies every lock as it
-            # is, and a compile holds LLVM's).
-            self._helper_settled = compile_helper.start_if_enabled()
+            # No compile runs on the pool now: the compile helper may be forked, if it is on
+            # and none runs on any other thread either (compile_helper.py: a fork copies every
+            # lock as it is, and a compile holds LLVM's).
+            self._helper_settled = compile_helper.start_if_enabled(prime=_prime_triton)
         with self._cond:
             self._queues[job.priority].append(job)
             self._start_thread()

@@ -121,16 +121,20 @@ def test_power_gap_smoke(tmp_path, heat, heat_ms):
 
 def test_compile_parallelism_smoke(tmp_path):
     """Real compiles for sm_90 with Triton's bundled ptxas, no GPU needed: one thread, then two
-    threads and two spawned processes, each into its own cache dir."""
+    threads and two spawned processes, then the product's compile pool of two threads without
+    and with the compile helper, each into its own cache dir."""
     out = tmp_path / "out"
     run("compile_parallelism.py", out, tmp_path)
     result = json.loads((out / "compile_parallelism.json").read_text())
     assert result["candidates"] == 2
     modes = [(r["mode"], r["workers"]) for r in result["rows"]]
-    assert modes == [("threads", 1), ("threads", 2), ("processes", 2)]
+    assert modes == [("threads", 1), ("threads", 2), ("processes", 2), ("pool", 2),
+                     ("pool, helper", 2)]
     assert result["rows"][0]["speedup"] == 1.0
     processes = result["rows"][2]
     assert processes["processes"] == 2 and processes["start_s"] > 0
     assert all(r["compile_s"] > 0 and r["each_s"] > 0 for r in result["rows"])
+    # Without the helper the pool's threads compile; with it, forked processes do every one.
+    assert [r["helper_compiles"] for r in result["rows"][3:]] == [0, 2]
     rows = table_rows((out / "compile_parallelism.md").read_text())
-    assert rows[0][0] == "mode" and len(rows) == 4
+    assert rows[0][0] == "mode" and len(rows) == 6

@@ -94,7 +94,7 @@ def test_the_scheduler_starts_the_helper_when_it_queues_with_nothing_compiling(m
     gone or off); not settled means a compile ran on another thread: asked again later."""
     asked: list[int] = []
 
-    def start_if_enabled() -> bool:
+    def start_if_enabled(prime=None) -> bool:
         asked.append(sum(pool._running.values()))
         return len(asked) >= settles_at
 
