@@ -30,8 +30,8 @@ thread compile itself, as without the helper:
 - a kernel defined inside a function, or in a module imported after the server was forked;
 - a constexpr that is an object (a function, a tensor), a child that fails or differs, the server
   gone or never started (the scheduler's threads were compiling when it could have been);
-- Triton's kernel override or IR dumps, or a compile cache manager other than Triton's files
-  (a user's TRITON_CACHE_MANAGER, `--autotune_remote_compile_cache`).
+- Triton's kernel override, IR dumps or TRITON_ALWAYS_COMPILE, or a compile cache manager other
+  than Triton's files (a user's TRITON_CACHE_MANAGER, `--autotune_remote_compile_cache`).
 
 A Triton setting made in code (a `triton.knobs` attribute assigned, not a variable) after the
 server was forked is not seen by its children; one that changes the binary without changing its
@@ -351,9 +351,13 @@ def _request(src: Any, target: Any, options: Any, env_vars: Any) -> dict[str, An
         if not all(_plain(v, tl.dtype) for v in constants.values()):
             return "a constexpr argument is an object (a function, a tensor)"
         knobs = triton.knobs
-        if knobs.compilation.override or knobs.compilation.dump_ir \
-                or env.get("TRITON_CACHE_MANAGER"):
-            return "kernel override, IR dumps or another compile cache manager"
+        if knobs.compilation.override or knobs.compilation.dump_ir:
+            return "Triton's kernel override or IR dumps are on"
+        if knobs.compilation.always_compile:
+            return "Triton compiles always (TRITON_ALWAYS_COMPILE): a child's compile is not used"
+        if (env.get("TRITON_CACHE_MANAGER") or knobs.cache.manager_class is not None
+                or knobs.cache.remote_manager_class is not None):
+            return "a compile cache other than Triton's files (TRITON_CACHE_MANAGER)"
         return {
             "module": module, "qualname": qualname, "fn_key": jit_fn.cache_key,
             "signature": dict(src.signature), "constexprs": constants,

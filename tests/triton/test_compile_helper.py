@@ -74,6 +74,28 @@ def test_a_kernel_defined_in_a_function_is_compiled_here_without_asking(helper, 
     assert helper.next_id == 0
 
 
+@pytest.mark.parametrize(("knob", "value", "why"), [
+    ("compilation.always_compile", True, "Triton compiles always"),
+    ("compilation.dump_ir", True, "IR dumps are on"),
+    ("compilation.override", True, "override"),
+    ("cache.manager_class", object, "a compile cache other than Triton's files"),
+])
+def test_settings_under_which_a_childs_compile_is_not_used_are_compiled_here(helper, monkeypatch,
+                                                                            knob, value, why):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+    @triton.jit
+    def k(x):
+        pass
+
+    monkeypatch.setattr(k.fn, "__qualname__", "k")
+    group, name = knob.split(".")
+    monkeypatch.setattr(getattr(triton.knobs, group), name, value)
+    said = helper.prefill(ASTSource(k, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    assert said is not None and why in said
+    assert helper.next_id == 0
+
+
 def test_a_helper_not_started_compiles_nothing(helper, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
 
