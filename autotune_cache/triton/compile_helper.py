@@ -217,11 +217,18 @@ class CompileHelper:
             self._end("the compile helper exited")
 
     def _end(self, why: str) -> None:
-        """Send nothing more; every request still waiting is answered with `why`."""
+        """Send nothing more; every request still waiting is answered with `why`. The request
+        pipe is closed, so the server leaves (the answer pipe stays open: a thread may be
+        reading it, and a closed descriptor's number is soon another file's)."""
         with self.lock:
             self.gone = self.gone or why
             waiting, self.pending = self.pending, {}
             pid, self.pid = self.pid, None
+            requests, self.requests = self.requests, None
+            if requests is not None:
+                _parent_ends.discard(requests)
+                with contextlib.suppress(OSError):
+                    os.close(requests)
         for future in waiting.values():
             future.set_result(("error", self.gone))
         if pid is not None:
@@ -251,8 +258,9 @@ class CompileHelper:
         data = pickle.dumps((request_id, request))
         future: Future[tuple[str, str]] = Future()
         self.pending[request_id] = future
-        assert self.requests is not None
         try:
+            if self.requests is None:
+                raise OSError("closed")
             _write_all(self.requests, _HEADER.pack(len(data)) + data)
         except OSError as e:
             self.pending.pop(request_id, None)
@@ -305,15 +313,15 @@ class CompileHelper:
         return why
 
     def close(self) -> None:
-        """End the server (children in flight finish their compile on their own)."""
-        with self.lock:
-            fds = [fd for fd in (self.requests, self.answers) if fd is not None]
-            self.requests = self.answers = None
+        """End the server (children in flight finish their compile on their own); for tests
+        and callers that know no thread is waiting for an answer."""
         self._end("closed")
-        for fd in fds:
-            _parent_ends.discard(fd)
+        with self.lock:
+            answers, self.answers = self.answers, None
+        if answers is not None:
+            _parent_ends.discard(answers)
             with contextlib.suppress(OSError):
-                os.close(fd)
+                os.close(answers)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:

@@ -22,6 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import autotune_cache.triton  # noqa: E402, F401 - installs the compile patch
+from autotune_cache.triton import compile_helper  # noqa: E402
 from autotune_cache.triton.compile_helper import CompileHelper  # noqa: E402
 
 KERNEL = '''
@@ -160,8 +161,22 @@ def died(root: Path, helper: CompileHelper) -> None:
     assert helper.start() is False  # never started again
 
 
+def timed_out(root: Path, helper: CompileHelper) -> None:
+    """A child that does not answer in time (stuck, or a machine that slow): the thread
+    compiles itself, nothing is sent again, and the server is told to leave."""
+    src = source(user_module(root).add)
+    assert helper.start()
+    pid = helper.pid
+    assert pid is not None
+    compile_helper.COMPILE_TIMEOUT_S = 0.001
+    why = helper.prefill(src, TARGET, OPTIONS, None)
+    assert why is not None and "no answer from the compile helper" in why, why
+    assert helper.prefill(src, TARGET, OTHER, None) == why and helper.next_id == 1
+    wait_ended(pid)  # its request pipe was closed
+
+
 SCENARIOS = {f.__name__: f for f in (fills, main_kernel, no_exit_hooks, imported_after,
-                                     source_changed, variables_of_now, died)}
+                                     source_changed, variables_of_now, died, timed_out)}
 
 
 def main() -> int:
