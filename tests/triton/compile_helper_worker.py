@@ -177,8 +177,28 @@ def timed_out(root: Path, helper: CompileHelper) -> None:
     wait_ended(pid)  # its request pipe was closed
 
 
+def warm_up(root: Path, helper: CompileHelper) -> None:
+    """The server's warm-up compile (what it runs once its first burst of children is forked):
+    a real compile, into a directory of its own that it then removes, never the user's cache."""
+    compiled: list[str] = []
+    original = compile_helper._original
+
+    def counting(src, *args, **kwargs):
+        kernel = original(src, *args, **kwargs)  # raising, it would not be counted
+        compiled.append(triton.knobs.cache.dir)
+        return kernel
+
+    compile_helper._original = counting
+    before = triton.knobs.cache.dir
+    compile_helper._warm_up(("cuda", 90, 32))
+    assert len(compiled) == 1 and compiled[0] != before, compiled
+    assert triton.knobs.cache.dir == before and not Path(compiled[0]).exists()
+    assert files(root) == set()
+
+
 SCENARIOS = {f.__name__: f for f in (fills, main_kernel, no_exit_hooks, imported_after,
-                                     source_changed, variables_of_now, died, timed_out)}
+                                     source_changed, variables_of_now, died, timed_out,
+                                     warm_up)}
 
 
 def main() -> int:

@@ -46,6 +46,7 @@ def helper():
     "variables_of_now",  # a cache-invalidating variable set after the fork reaches the child
     "died",  # a killed server: its requests answered, compiled here, never started again
     "timed_out",  # no answer in time: compiled here, nothing sent again, the server leaves
+    "warm_up",  # the server's own first compile: real, and never into the user's cache
 ])
 def test_the_compile_helper_with_real_compiles(scenario, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
