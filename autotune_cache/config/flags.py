@@ -34,7 +34,7 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    compile_helper: bool = True
+    compile_helper: bool = False
     all_kernels: bool = False
     deferred_tuning: bool = True
 
@@ -234,12 +234,13 @@ FLAGS: tuple[_Flag, ...] = (
           "--autotune_compile_workers=8",
           "threads compiling candidate configs in parallel (default: CPU count)"),
     _Flag("autotune_compile_helper", "compile_helper",
-          "[=true|false]  the compile workers' compiles run in forked processes (default true)",
+          "[=true|false]  the compile workers' compiles run in forked processes (default false)",
           lambda f, v, env: _parse_bool(f, v),
-          "--autotune_compile_helper=false",
+          "--autotune_compile_helper",
           "the compile workers hand each compile to a process forked from a copy of this one, "
           "out of the launching process's GIL, and then take the binary from Triton's compile "
-          "cache (default true; off under the interpreter) "
+          "cache: for a script that waits for its tuning, not a test suite whose tests compile "
+          "meanwhile (default false; never under the interpreter) "
           "([triton.md](triton.md#the-compile-helper))"),
     _Flag("autotune_deferred_tuning", "deferred_tuning",
           "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",

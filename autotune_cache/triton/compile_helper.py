@@ -53,8 +53,6 @@ import logging
 import os
 import pickle
 import select
-import signal
-import struct
 import sys
 import threading
 import time
@@ -64,17 +62,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from autotune_cache.foundation import env
+from autotune_cache.triton import compile_server as server
 from autotune_cache.triton import process
 
 log = logging.getLogger("autotune_cache")
 
-_HEADER = struct.Struct(">I")
-# Every answer is one write of at most this many bytes (POSIX PIPE_BUF), so that the answers of
-# children running at once never interleave on their shared pipe.
-_PIPE_BUF = 4096
-# The server and its children run this much nicer than this process, as the pool's threads do
-# (scheduler.WORKER_NICENESS): their work is ahead of need, a launch's compile is not.
-NICENESS = 5
 # The longest a scheduler thread waits for a child's compile before it compiles itself (and
 # sends no more: a child that long is stuck, or the machine is).
 COMPILE_TIMEOUT_S = 300.0
@@ -179,7 +171,7 @@ class CompileHelper:
                 try:
                     os.close(request_write)
                     os.close(answer_read)
-                    _serve(request_read, answer_write)
+                    server.serve(request_read, answer_write, _original)
                     code = 0
                 finally:
                     os._exit(code)
@@ -201,8 +193,8 @@ class CompileHelper:
         try:
             while select.select([fd], [], [], wait_s)[0]:
                 wait_s = 0.0
-                header = _read_exactly(fd, _HEADER.size)
-                body = _read_exactly(fd, _HEADER.unpack(header)[0]) if header else b""
+                header = server.read_exactly(fd, server.HEADER.size)
+                body = server.read_exactly(fd, server.HEADER.unpack(header)[0]) if header else b""
                 if not body:
                     ended = True
                     break
@@ -261,7 +253,7 @@ class CompileHelper:
         try:
             if self.requests is None:
                 raise OSError("closed")
-            _write_all(self.requests, _HEADER.pack(len(data)) + data)
+            _write_all(self.requests, server.HEADER.pack(len(data)) + data)
         except OSError as e:
             self.pending.pop(request_id, None)
             self.gone = self.gone or f"the compile helper's pipe closed: {e}"
@@ -322,17 +314,6 @@ class CompileHelper:
             _parent_ends.discard(answers)
             with contextlib.suppress(OSError):
                 os.close(answers)
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    """`size` bytes from `fd`, or fewer at its end."""
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -404,154 +385,6 @@ def _cached(src: Any, target: Any, request: dict[str, Any]) -> bool:
         return manager.get_group(f"{src.name[:150]}.json") is not None
     except Exception:  # noqa: BLE001 - another Triton's layout: ask the helper
         return False
-
-
-# ----- the server and its children (forked processes; see the module docstring) --------------
-
-def _serve(requests: int, answers: int) -> None:
-    """The server's loop: fork a child per compile request until the request pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's parent's to handle
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # nothing it or a compile prints reaches the user's output
-        os.dup2(devnull, fd)
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
-    children: dict[int, int] = {}
-    target: tuple[str, int, int] | None = None  # the first request's; then warmed up for it
-    while True:
-        ready = select.select([requests], [], [], 0.0 if target is not None else 0.5)[0]
-        _reap(children, answers)
-        if not ready:
-            if target is not None:  # the first burst is forked; its children compile now
-                _warm_up(target)
-                target = None
-            continue
-        header = _read_exactly(requests, _HEADER.size)
-        body = _read_exactly(requests, _HEADER.unpack(header)[0]) if header else b""
-        if not body:
-            return
-        request_id, request = pickle.loads(body)  # noqa: S301 - our own parent
-        if request_id == 0:
-            target = request["target"]
-        try:
-            pid = os.fork()
-        except OSError as e:
-            _answer(answers, request_id, "error", f"fork: {e}")
-            continue
-        if pid:
-            children[pid] = request_id
-            continue
-        status, detail = "error", ""
-        try:
-            os.close(requests)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            status, detail = _compile_here(request)
-        except BaseException as e:  # noqa: BLE001 - said to the parent, which compiles itself
-            detail = f"{type(e).__name__}: {e}"
-        finally:
-            try:
-                _answer(answers, request_id, status, detail)
-            finally:
-                os._exit(0)
-
-
-def _warm_up(target: tuple[str, int, int]) -> None:
-    """Compile a tiny kernel here, in the server, into a throwaway cache directory, so that the
-    children forked from now on have what a first compile in a process sets up (LLVM's
-    targets, the modules Triton imports on its first compile). Measured on the development VM:
-    a child's matmul compile took 0.31-0.38 s forked from a server primed only
-    (scheduler._prime_triton), 0.26-0.33 s from one that had compiled. Any failure only leaves
-    the children as they were."""
-    import shutil
-    import tempfile
-
-    with contextlib.suppress(Exception):
-        import triton
-        import triton.language as tl
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-
-        @triton.jit
-        def warm_up(x):  # pragma: no cover - compiled, never run
-            tl.store(x, tl.load(x) + 1)
-
-        directory = tempfile.mkdtemp(prefix="autotune-compile-helper-")
-        knobs, before = triton.knobs, triton.knobs.cache.dir
-        knobs.cache.dir = directory
-        try:
-            _original(ASTSource(warm_up, {"x": "*fp32"}, {}, {}), target=GPUTarget(*target),
-                      options={})
-        finally:
-            knobs.cache.dir = before
-            shutil.rmtree(directory, ignore_errors=True)
-
-
-def _reap(children: dict[int, int], answers: int) -> None:
-    """Wait for the children that ended; answer for one that ended without answering."""
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            children.clear()
-            return
-        if pid == 0:
-            return
-        request_id = children.pop(pid, None)
-        if request_id is not None and status != 0:
-            _answer(answers, request_id, "error", f"the compile process ended with status {status}")
-
-
-def _answer(fd: int, request_id: int, status: str, detail: str = "") -> None:
-    detail = detail[:1000]
-    while True:
-        data = pickle.dumps((request_id, status, detail))
-        if len(data) + _HEADER.size <= _PIPE_BUF or not detail:
-            break
-        detail = detail[: len(detail) // 2]
-    os.write(fd, _HEADER.pack(len(data)) + data)
-
-
-def _resolve(module: str, qualname: str) -> Any:
-    """The JIT function `qualname` names in `module`, unwrapped from the tuners and heuristics
-    around it (each keeps the function it wraps as `.fn`)."""
-    from triton.runtime.jit import JITFunction
-
-    found: Any = sys.modules[module]
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    for _ in range(8):
-        if isinstance(found, JITFunction):
-            return found
-        found = getattr(found, "fn", None)
-    raise LookupError("not a Triton JIT function here")
-
-
-def _compile_here(request: dict[str, Any]) -> tuple[str, str]:
-    """In a child: compile the request into its cache directory with Triton's own compile."""
-    import triton
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    name = f"{request['module']}.{request['qualname']}"
-    try:
-        fn = _resolve(request["module"], request["qualname"])
-    except (AttributeError, KeyError, LookupError) as e:
-        return "differs", f"{name}: {e}"
-    if fn.cache_key != request["fn_key"]:
-        return "differs", f"{name}: another source here"
-    wanted = request["env_vars"]
-    env.set_process_variables({**{k: None for k in get_cache_invalidating_env_vars()},
-                               **wanted})
-    if dict(get_cache_invalidating_env_vars()) != wanted:
-        return "error", "Triton's settings could not be made the parent's"
-    knobs = triton.knobs
-    knobs.cache.dir = request["cache_dir"]
-    knobs.compilation.listener = None  # the parent's compile notifies, as a cache hit
-    src = ASTSource(fn, request["signature"], request["constexprs"], request["attrs"])
-    _original(src, target=GPUTarget(*request["target"]), options=request["options"],
-              _env_vars=wanted)
-    return "ok", ""
 
 
 # ----- where Triton's compiles come in ----------------------------------------------------------

@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import autotune_cache.triton  # noqa: E402, F401 - installs the compile patch
-from autotune_cache.triton import compile_helper  # noqa: E402
+from autotune_cache.triton import compile_helper, compile_server  # noqa: E402
 from autotune_cache.triton.compile_helper import CompileHelper  # noqa: E402
 
 KERNEL = '''
@@ -188,9 +188,8 @@ def warm_up(root: Path, helper: CompileHelper) -> None:
         compiled.append(triton.knobs.cache.dir)
         return kernel
 
-    compile_helper._original = counting
     before = triton.knobs.cache.dir
-    compile_helper._warm_up(("cuda", 90, 32))
+    compile_server._warm_up(("cuda", 90, 32), counting)
     assert len(compiled) == 1 and compiled[0] != before, compiled
     assert triton.knobs.cache.dir == before and not Path(compiled[0]).exists()
     assert files(root) == set()
