@@ -12,9 +12,9 @@ first done by a forked process, into the same TRITON_CACHE_DIR; the thread waits
 the GIL and then runs Triton's own compile, which finds the binary in the cache (a few ms).
 
 How the processes are made: when the scheduler queues work and nothing is compiling, this
-process forks one **compile server** (`start`), once. The server is a copy of
-this process at that moment: every module imported so far, `__main__` included, is there, so
-nothing is imported again and no interpreter starts. For each compile it forks a child, which
+process forks one **compile server** (`start`), once. The server is a copy of this process at
+that moment: every module imported so far, `__main__` included, is there, so nothing is
+imported again and no interpreter starts. For each compile it forks a child, which
 looks the kernel up by module and name, checks that its copy has this process's source
 (`cache_key`), takes this process's Triton settings (the cache-invalidating variables, the cache
 directory), compiles with Triton's own `compile`, answers and leaves with `os._exit` (no atexit
@@ -39,9 +39,9 @@ cache key is a Triton bug already (another process sharing the cache would take 
 
 The fork is made from the thread that queues the work, while no Triton compile runs on any
 thread of this process (and none may start until it is made): a fork copies every lock as it
-is, and a compile holds LLVM's. The server
-runs nicer than this process (NICENESS, as the scheduler's threads), ignores Ctrl-C (this
-process handles it) and ends when its request pipe closes, i.e. with this process.
+is, and a compile holds LLVM's. The server (compile_server.py) runs nicer than this process
+(compile_server.NICENESS, as the scheduler's threads), ignores Ctrl-C (this process handles it)
+and ends when its request pipe closes, i.e. with this process.
 
 Off by default; `--autotune_compile_helper` turns it on (never under the interpreter, with one
 compile worker or where there is no fork). On the H200 it took the gpu_perf workload's cold
