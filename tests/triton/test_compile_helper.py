@@ -76,37 +76,48 @@ def test_a_kernel_defined_in_a_function_is_compiled_here_without_asking(helper, 
     assert helper.next_id == 0
 
 
-@pytest.mark.parametrize(("knob", "value", "why"), [
-    ("compilation.always_compile", True, "Triton compiles always"),
-    ("compilation.dump_ir", True, "IR dumps are on"),
-    ("compilation.override", True, "override"),
-    ("cache.manager_class", object, "a compile cache other than Triton's files"),
+@pytest.mark.parametrize(("variable", "why"), [
+    ("TRITON_ALWAYS_COMPILE", "Triton compiles always"),
+    ("TRITON_KERNEL_DUMP", "IR dumps are on"),
+    ("TRITON_KERNEL_OVERRIDE", "override"),
+    ("TRITON_CACHE_MANAGER", "a compile cache other than Triton's files"),
 ])
 def test_settings_under_which_a_childs_compile_is_not_used_are_compiled_here(helper, monkeypatch,
-                                                                            knob, value, why):
+                                                                            variable, why):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-
-    @triton.jit
-    def k(x):
-        pass
-
-    monkeypatch.setattr(k.fn, "__qualname__", "k")
-    group, name = knob.split(".")
-    monkeypatch.setattr(getattr(triton.knobs, group), name, value)
-    said = helper.prefill(ASTSource(k, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    monkeypatch.setenv(variable, "1" if variable != "TRITON_CACHE_MANAGER" else "my.cache:Cls")
+    said = helper.prefill(ASTSource(plain_kernel(monkeypatch), {"x": "*fp32"}, {}, {}), TARGET,
+                          OPTIONS, None)
     assert said is not None and why in said
     assert helper.next_id == 0
 
 
-def test_a_helper_not_started_compiles_nothing(helper, monkeypatch):
+def test_a_cache_manager_set_in_code_is_compiled_here(helper, monkeypatch):
+    """Not only the variable: a class assigned to Triton's knob (restored by the knob's scope)."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
+    kernel = plain_kernel(monkeypatch)
+    with triton.knobs.cache.scope():
+        triton.knobs.cache.manager_class = object
+        said = helper.prefill(ASTSource(kernel, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    assert said is not None and "a compile cache other than Triton's files" in said
+
+
+def plain_kernel(monkeypatch):
+    """A plain JIT kernel (for a GPU: the caller sets TRITON_INTERPRET=0 first), named as a
+    module-level one would be."""
 
     @triton.jit
     def k(x):
         pass
 
     monkeypatch.setattr(k.fn, "__qualname__", "k")
-    why = helper.prefill(ASTSource(k, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    return k
+
+
+def test_a_helper_not_started_compiles_nothing(helper, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    why = helper.prefill(ASTSource(plain_kernel(monkeypatch), {"x": "*fp32"}, {}, {}), TARGET,
+                         OPTIONS, None)
     assert why == "the compile helper was not started (compiles were running)"
     assert helper.next_id == 0
 
