@@ -44,7 +44,6 @@ def read_exactly(fd: int, size: int) -> bytes:
     return data
 
 
-
 def serve(requests: int, answers: int, compile_fn: Callable[..., Any]) -> None:
     """The server's loop: fork a child per compile request until the request pipe closes.
     `compile_fn` is Triton's own `compile` (not the patched one the parent's threads call)."""
