@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune_cache.foundation import env
+from autotune_cache.triton.fingerprint import jit_function
 
 HEADER = struct.Struct(">I")
 # Every answer is one write of at most this many bytes (POSIX PIPE_BUF), so that the answers of
@@ -150,17 +151,14 @@ def _answer(fd: int, request_id: int, status: str, detail: str = "") -> None:
 
 def _resolve(module: str, qualname: str) -> Any:
     """The JIT function `qualname` names in `module`, unwrapped from the tuners and heuristics
-    around it (each keeps the function it wraps as `.fn`)."""
-    from triton.runtime.jit import JITFunction
-
+    around it (fingerprint.jit_function)."""
     found: Any = sys.modules[module]
     for part in qualname.split("."):
         found = getattr(found, part)
-    for _ in range(8):
-        if isinstance(found, JITFunction):
-            return found
-        found = getattr(found, "fn", None)
-    raise LookupError("not a Triton JIT function here")
+    jit_fn = jit_function(found)
+    if jit_fn is None:
+        raise LookupError("not a Triton JIT function here")
+    return jit_fn
 
 
 def _compile_here(request: dict[str, Any], compile_fn: Callable[..., Any]) -> tuple[str, str]:

@@ -55,6 +55,15 @@ def python_function(kernel: Any) -> Callable[..., Any]:
     return fn
 
 
+def jit_function(kernel: Any) -> Any | None:
+    """The JIT function (the one that can preload) under a tuner / heuristics wrapper chain,
+    each keeping what it wraps as `.fn`; None when there is none."""
+    fn = kernel
+    while not hasattr(fn, "preload") and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn if hasattr(fn, "preload") else None
+
+
 def qualified_name(fn: Any) -> str:
     """`module.qualname` of the Python function under a @jit / @heuristics chain: the `kernel`
     name of a routed kernel's cache entries (routing.py, classroute.py)."""

@@ -60,6 +60,7 @@ from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey, Device
 from autotune_cache.triton import process, scheduler
 from autotune_cache.triton.compile import failure_reason
+from autotune_cache.triton.fingerprint import jit_function
 from autotune_cache.triton.scheduler import CompileJob, Priority
 
 log = logging.getLogger(__name__)
@@ -265,13 +266,6 @@ def in_preload() -> bool:
     return state is not None and getattr(state.local, "preloading", False)
 
 
-def _jit_function(fn: Any) -> Any | None:
-    """The JIT function under `fn`'s wrapper chain that can preload, or None."""
-    while not hasattr(fn, "preload") and hasattr(fn, "fn"):
-        fn = fn.fn
-    return fn if hasattr(fn, "preload") else None
-
-
 def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
              ) -> dict[str, str]:
     """{key digest: recorded specialization} of the loaded entries matching `like`'s kernel,
@@ -337,7 +331,7 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
 
 def _scan_launched(ahead: _Ahead, tuner: AheadTuner, key: CacheKey) -> Preloads:
     """The launching kernel's preloads: its own scan, under the one-kernel caps."""
-    jit_fn = _jit_function(tuner.fn)
+    jit_fn = jit_function(tuner.fn)
     if jit_fn is None:
         return {}
     wanted = _winners(ahead.cache, key, PRELOAD_SCAN_LIMIT, PRELOAD_SCAN_BYTES)
@@ -351,7 +345,7 @@ def _scan_ahead(ahead: _Ahead, tuner: AheadTuner) -> tuple[Preloads, list[Compil
     """A kernel not launched yet: its preloads by key digest, under the one-kernel caps and
     what is left of the compile-ahead's, and those new (to queue); none when it has no loaded
     entries or does not fit."""
-    jit_fn = _jit_function(tuner.fn)
+    jit_fn = jit_function(tuner.fn)
     name = tuner.kernel_name
     cost = None if jit_fn is None else _fits(ahead, name)
     if cost is None:
