@@ -55,19 +55,12 @@ _META = ("BM", "BN", "BK")
 _DEFAULT_TARGET = ("cuda", 90, 32)
 
 
-def _has_gpu() -> bool:
-    try:
-        triton.runtime.driver.active.get_current_target()
-    except Exception:  # noqa: BLE001 - no GPU driver here
-        return False
-    return True
-
-
-def _target() -> GPUTarget:
+def _gpu_target() -> GPUTarget | None:
+    """The current GPU's target; None with no GPU driver here (then compile for the H200)."""
     try:
         return triton.runtime.driver.active.get_current_target()
-    except Exception:  # noqa: BLE001 - no GPU driver here: compile for the H200
-        return GPUTarget(*_DEFAULT_TARGET)
+    except Exception:  # noqa: BLE001 - no GPU driver here
+        return None
 
 
 def _source(config: Any) -> ASTSource:
@@ -212,7 +205,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     counts = [2] if args.smoke else [int(n) for n in args.workers.split(",")]
-    target = _target()
+    gpu = _gpu_target()
+    target = gpu or GPUTarget(*_DEFAULT_TARGET)
     target_t = (target.backend, target.arch, target.warp_size)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="compile-parallelism-") as tmp:
@@ -225,7 +219,7 @@ def main() -> int:
             rows.append({"mode": "threads", "workers": n, **run_threads(n, target_t)})
             _fresh_cache(root, f"processes{n}")
             rows.append({"mode": "processes", "workers": n, **run_processes(n, target_t)})
-        if not _has_gpu():
+        if gpu is None:
             triton.runtime.driver.set_active(_CompileOnlyDriver(target))
         for n in counts:
             for helper in (False, True):
