@@ -83,13 +83,39 @@ _local = threading.local()
 @contextlib.contextmanager
 def allowed() -> Any:
     """On this thread for the duration (a scheduler worker's job), Triton's compiles may go to
-    the helper first."""
+    the helper first, while some thread waits (`waiting`)."""
     before = getattr(_local, "allowed", False)
     _local.allowed = True
     try:
         yield
     finally:
         _local.allowed = before
+
+
+# Threads of this process waiting now for the scheduler's compiles (`waiting`). Only while
+# there is one do the scheduler's compiles go to the helper: the process is then waiting for
+# them, not compiling its own work (a test's plain `@triton.jit` launches) beside them.
+_waiters_lock = threading.Lock()
+_waiters = 0
+
+
+@contextlib.contextmanager
+def waiting() -> Any:
+    """For the duration, this thread waits for the scheduler's compiles (a launch for its
+    winner, a tuning for its candidates, a dump run's end for its deferred tunings)."""
+    global _waiters
+    with _waiters_lock:
+        _waiters += 1
+    try:
+        yield
+    finally:
+        with _waiters_lock:
+            _waiters -= 1
+
+
+def waited_for() -> bool:
+    """Whether some thread of this process waits for the scheduler's compiles now."""
+    return _waiters > 0
 
 
 # The pipe ends this process holds to its server: a forked child (the server, its children, a
@@ -103,12 +129,13 @@ _inflight = 0
 
 
 def _after_fork_in_child() -> None:
-    global _inflight_lock, _inflight
+    global _inflight_lock, _inflight, _waiters_lock, _waiters
     for fd in list(_parent_ends):
         with contextlib.suppress(OSError):
             os.close(fd)
     _parent_ends.clear()
     _inflight_lock, _inflight = threading.Lock(), 0  # its holder, if any, is not in the child
+    _waiters_lock, _waiters = threading.Lock(), 0  # the waiters are not in the child either
 
 
 if hasattr(os, "register_at_fork"):
@@ -432,12 +459,13 @@ _original: Any = None
 
 def _compile(src: Any, *args: Any, **kwargs: Any) -> Any:
     """Triton's `compile(src, target=None, options=None, _env_vars=None)`, after a child
-    compiled the same into the cache, when this runs on a scheduler worker (`allowed`)."""
+    compiled the same into the cache, when this runs a scheduler job (`allowed`) while some
+    thread waits for the scheduler's compiles (`waiting`)."""
     global _inflight
     with _inflight_lock:
         _inflight += 1
     try:
-        if getattr(_local, "allowed", False):
+        if getattr(_local, "allowed", False) and _waiters:
             named = dict(zip(("target", "options", "_env_vars"), args, strict=False), **kwargs)
             try:
                 if named.get("target") is not None and enabled():

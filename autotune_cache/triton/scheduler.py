@@ -4,7 +4,8 @@ Four kinds of work share it, in this order of priority:
 
 1. A compile some thread is waiting for now. Waiting on a job that no worker has started
    (`CompileJob.result()`) runs it on the waiting thread at once, whatever its queue, so a
-   launch never queues behind anything; a job a worker already runs is waited for.
+   launch never queues behind anything; a job a worker already runs is waited for. While a
+   thread waits, the workers' compiles go to the compile helper (compile_helper.py).
 2. `Priority.CANDIDATE`: a tuning's candidates (compile.py: compiled before they are
    benchmarked, at the launch or, in a dump run, queued for the end of the run by deferred.py).
 3. `Priority.AHEAD`: loaded winners and plain-kernel warm-ups compiled before any launch asks
@@ -145,17 +146,23 @@ class CompileJob(Future):  # type: ignore[type-arg]
         return self._claimed or self.cancelled()
 
     def result(self, timeout: float | None = None) -> Any:
-        self._run_here()
-        return super().result(timeout)
+        if self.done():
+            return super().result(0)
+        with compile_helper.waiting():
+            self._run_here()
+            return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._run_here()
-        return super().exception(timeout)
+        if self.done():
+            return super().exception(0)
+        with compile_helper.waiting():
+            self._run_here()
+            return super().exception(timeout)
 
     def _run_here(self) -> None:
         if self.pid != os.getpid() and not self.done():
             raise CancelledError("the compile was started in the parent of this forked process")
-        self.run()
+        self.run()  # here, at this thread's priority (the workers' go to the helper meanwhile)
 
 
 class CompileScheduler:

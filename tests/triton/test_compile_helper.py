@@ -158,9 +158,10 @@ def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
     assert compile_helper._inflight == 0
 
 
-def test_only_the_scheduler_workers_compiles_go_to_the_helper(monkeypatch):
+@pytest.fixture
+def fake_helper(monkeypatch):
+    """The helper's prefills, recorded instead of sent; Triton's compile returns "kernel"."""
     asked: list[object] = []
-    compiled: list[object] = []
 
     class Fake:
         def prefill(self, src, target, options, env_vars):
@@ -168,14 +169,66 @@ def test_only_the_scheduler_workers_compiles_go_to_the_helper(monkeypatch):
 
     monkeypatch.setattr(compile_helper, "helper", Fake)
     monkeypatch.setattr(compile_helper, "enabled", lambda: True)
-    monkeypatch.setattr(compile_helper, "_original",
-                        lambda src, *a, **k: compiled.append((src, a, k)) or "kernel")
+    monkeypatch.setattr(compile_helper, "_original", lambda src, *a, **k: "kernel")
+    monkeypatch.setattr(compile_helper, "start_if_enabled", lambda prime=None: True)
+    return asked
+
+
+def test_only_the_scheduler_workers_compiles_go_to_the_helper_while_a_thread_waits(fake_helper):
+    """A launch's own compile never goes; a worker's goes only while some thread waits for the
+    scheduler's compiles: otherwise the process is doing its own work (a test compiling its
+    plain kernels), which children on every CPU slowed on the H200 (decision 0029)."""
     assert compile_helper._compile("src", target=TARGET, options=OPTIONS) == "kernel"
-    assert asked == []  # a launch's own thread: Triton compiles at once
+    with compile_helper.waiting():
+        assert compile_helper._compile("src", target=TARGET, options=OPTIONS) == "kernel"
+    assert fake_helper == []  # a launch's own thread: Triton compiles at once
     with compile_helper.allowed():
-        assert compile_helper._compile("src", TARGET, OPTIONS, _env_vars={"A": "1"}) == "kernel"
-    assert asked == [("src", TARGET, OPTIONS, {"A": "1"})]
-    assert compiled[-1] == ("src", (TARGET, OPTIONS), {"_env_vars": {"A": "1"}})
+        assert compile_helper._compile("src", TARGET, OPTIONS) == "kernel"
+        assert fake_helper == []  # nobody waits: compiled here, beside the process's own work
+        with compile_helper.waiting():
+            assert compile_helper._compile("src", TARGET, OPTIONS, _env_vars={"A": "1"}) == \
+                "kernel"
+    assert fake_helper == [("src", TARGET, OPTIONS, {"A": "1"})]
+    assert not compile_helper.waited_for()
+
+
+def test_a_thread_waiting_for_a_job_sends_the_workers_compiles_to_the_helper(fake_helper):
+    """`CompileJob.result()` on a job a worker runs makes the process a waiting one: a worker's
+    compile that starts meanwhile goes to the helper. A job nobody has started runs on the
+    waiting thread itself, in this process, at that thread's priority."""
+    pool = scheduler.CompileScheduler().size(2)
+    release = threading.Event()
+    running = threading.Event()
+
+    def first() -> str:
+        running.set()
+        release.wait(30)
+        return "first"
+
+    blocker = pool.submit(first, scheduler.Priority.CANDIDATE)
+    assert running.wait(30)
+    seen: list[bool] = []
+
+    def watch() -> None:  # a worker's compile, started while the main thread waits
+        deadline = time.monotonic() + 30
+        while not compile_helper.waited_for() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(compile_helper.waited_for())
+        with compile_helper.allowed():
+            compile_helper._compile("worker-src", TARGET, OPTIONS)
+        release.set()
+
+    threading.Thread(target=watch).start()
+    assert blocker.result(timeout=30) == "first"
+    assert seen == [True]
+    assert [a[0] for a in fake_helper] == ["worker-src"]
+    assert not compile_helper.waited_for()
+
+    with pool.held():  # no worker starts it: the waiting thread runs it, not the helper
+        here = pool.submit(lambda: compile_helper._compile("own-src", TARGET, OPTIONS),
+                           scheduler.Priority.SPECULATIVE)
+        assert here.result(timeout=30) == "kernel"
+    assert [a[0] for a in fake_helper] == ["worker-src"]
 
 
 def test_triton_takes_compile_from_the_patch():
@@ -186,10 +239,10 @@ def test_triton_takes_compile_from_the_patch():
     assert triton.compiler.compile is compile_helper._compile
 
 
-def test_the_flag_turns_it_on():
-    """Off by default: on the H200 it made a test suite's own compiles slower (decision 0029)."""
+def test_the_flag_turns_it_off():
+    """On by default, used only while the process waits for its compiles (decision 0029)."""
     from autotune_cache.config.flags import parse_flags
 
-    assert parse_flags("").compile_helper is False
+    assert parse_flags("").compile_helper is True
     assert parse_flags("--autotune_compile_helper").compile_helper is True
     assert parse_flags("--autotune_compile_helper=false").compile_helper is False

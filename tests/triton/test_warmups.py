@@ -48,9 +48,10 @@ def _worker(phase: str, results: Path, cache_dir: Path, **extra: str) -> dict:
 def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_path):
     """Triton's real compiler for sm_90 on the CPU. The dump keeps the plain kernel's two
     specializations, not the compiles of our tuner's kernel or of Triton's own autotuner. A
-    fresh process with an empty compile cache compiles both on the pool (on its threads, or, with
-    the compile helper on, in processes it forks), started by its first compile of another
-    kernel, and its own compiles of them run no ptxas. While no pool thread
+    fresh process with an empty compile cache compiles both on the pool, started by its first
+    compile of another kernel (on its threads while the process does not wait for them; in
+    processes the compile helper forks while it does), and its own compiles of them run no
+    ptxas. While no pool thread
     may start, each launch runs its queued warm-up itself: still one compile each. A changed
     kernel source compiles nothing ahead."""
     results = tmp_path / "r.textproto"
@@ -59,14 +60,17 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     assert dumped == {"written": 2, "warmups": [add, add], "with_specs": True, "recorded": 2}
     assert "libdevice" not in results.read_text()  # no machine's path in a committed file
 
-    on_pool = _worker("load", results, tmp_path / "tc-load", WARMUP_TEST_HELPER="on")
+    on_pool = _worker("load-waited", results, tmp_path / "tc-load")
     assert on_pool == {"queued_ok": [True, True], "launch_compiles": [True, True],
                        "ptxas": [["add_kernel", "helper"], ["add_kernel", "helper"],
                                  ["double_in_place_kernel", "MainThread"]],
                        "warmups_ahead": 2, "summary_mentions": True}
 
-    # Without the compile helper (the default), the pool's threads run the compiles themselves.
+    # While the process does its own work instead of waiting, the pool's threads run the
+    # compiles themselves; so they do with the helper off, waited for or not.
     threads = _worker("load", results, tmp_path / "tc-threads")
+    off = _worker("load-waited", results, tmp_path / "tc-off", WARMUP_TEST_HELPER="off")
+    assert off["ptxas"] == threads["ptxas"] and off["warmups_ahead"] == 2
     assert threads["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
                                 ["double_in_place_kernel", "MainThread"]]
     assert threads["launch_compiles"] == [True, True] and threads["warmups_ahead"] == 2
@@ -79,7 +83,7 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     # A regeneration in place (the ini setup loads the file, the dump rewrites it): the
     # warm-ups compile on the pool into the compile cache only, so the launches still compile
     # them (compile-cache hits, no ptxas) and the new dump records them with the run's own.
-    regen = _worker("regen", results, tmp_path / "tc-regen", WARMUP_TEST_HELPER="on")
+    regen = _worker("regen", results, tmp_path / "tc-regen")
     assert regen["queued_ok"] == [True, True] and regen["warmups_ahead"] == 2
     assert regen["ptxas"] == [["add_kernel", "helper"], ["add_kernel", "helper"],
                               ["double_in_place_kernel", "MainThread"]]
@@ -91,8 +95,7 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     # the recorded warm-ups no longer match, but a compile-cache-only compile cannot be used
     # unseen, so they are compiled ahead all the same (of the current source); the launches find
     # them, and the dump records them under the new fingerprint.
-    edited = _worker("regen", results, tmp_path / "tc-regen-edited", WARMUP_TEST_SOURCE="edited",
-                     WARMUP_TEST_HELPER="on")
+    edited = _worker("regen", results, tmp_path / "tc-regen-edited", WARMUP_TEST_SOURCE="edited")
     assert edited["queued_ok"] == [True, True] and edited["warmups_ahead"] == 2
     assert edited["ptxas"] == regen["ptxas"]
     assert edited["warmups"] == [add, add, dip] and edited["fingerprints"] == ["edited"]

@@ -34,7 +34,13 @@ from triton.runtime.driver import driver  # noqa: E402
 from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
 from autotune_cache.formats import load_results  # noqa: E402
 from autotune_cache.foundation.key import CacheKey, is_warmup  # noqa: E402
-from autotune_cache.triton import autotune, preload, scheduler, warmups  # noqa: E402
+from autotune_cache.triton import (  # noqa: E402
+    autotune,
+    compile_helper,
+    preload,
+    scheduler,
+    warmups,
+)
 from tests.triton import kernels  # noqa: E402
 from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
 
@@ -98,16 +104,23 @@ def main() -> None:
         warmups.source_fingerprint = lambda fn: os.environ["WARMUP_TEST_SOURCE"]
     regen = f"{path}.regen.textproto" if phase == "regen" else None
     configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2,
-                       compile_helper=os.environ.get("WARMUP_TEST_HELPER") == "on"))
+                       compile_helper=os.environ.get("WARMUP_TEST_HELPER") != "off"))
     runs = PtxasRuns()
+    waited = phase in ("load-waited", "regen")
     with contextlib.ExitStack() as stack:
-        if phase == "load-held":  # no pool thread starts: each launch runs its own warm-up
-            stack.enter_context(scheduler.scheduler().held())
+        holding = stack.enter_context(contextlib.ExitStack())
+        if phase == "load-held" or waited:  # no pool thread starts: each launch runs its own
+            holding.enter_context(scheduler.scheduler().held())
         kernels.double_in_place_kernel.warmup(x, 256, BLOCK_SIZE=16, grid=(1,))  # first compile
         ahead = preload.ahead()
         queued = list(ahead.compiles.values()) if ahead else []
-        if phase in ("load", "regen"):  # the workers' compiles, not this thread's
+        if phase == "load":  # the workers' compiles, while this thread does not wait for them
             concurrent.futures.wait(queued, timeout=300)
+        if waited:  # the workers' compiles, started while this thread waits for them (as a
+            # launch or a dump run's end does, through CompileJob.result)
+            with compile_helper.waiting():
+                holding.close()
+                concurrent.futures.wait(queued, timeout=300)
         compiled = [kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
                     is not None for block in (64, 128)]
     stats = get_cache().stats
