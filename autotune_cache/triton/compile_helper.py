@@ -7,9 +7,16 @@ compile 1.5x slower than alone, where 16 processes are 10.0x faster
 (bench/results/compile_parallelism_h200_run1.md), and the threads slow every other thread of
 the process too: the launch's own compile, the test's plain `@triton.jit` compiles.
 
-So a compile that a scheduler thread runs (never one a launch waits for on its own thread) is
-first done by a forked process, into the same TRITON_CACHE_DIR; the thread waits for it without
-the GIL and then runs Triton's own compile, which finds the binary in the cache (a few ms).
+So a compile that a scheduler thread runs while some thread of the process waits for the
+scheduler's compiles (`waiting`: a tuning for its candidates, a launch for its winner or
+warm-up, a dump run's end for its deferred tunings) is first done by a forked process, into the
+same TRITON_CACHE_DIR; the thread waits for it without the GIL and then runs Triton's own
+compile, which finds the binary in the cache (a few ms). A compile the waiting thread runs
+itself (a job no worker had started) stays on that thread, at its priority. While no thread
+waits, the process is doing its own work (a test compiling its plain `@triton.jit` kernels on
+its own thread), and the scheduler's threads compile in the process, nicer, as without the
+helper: on the H200, children compiling on every CPU beside a test's own compiles made
+Liger-Kernel's dump run 12 % slower, every test slower.
 
 How the processes are made: when the scheduler queues work and nothing is compiling, this
 process forks one **compile server** (`start`), once. The server is a copy of this process at
@@ -43,13 +50,11 @@ is, and a compile holds LLVM's. The server (compile_server.py) runs nicer than t
 (compile_server.NICENESS, as the scheduler's threads), ignores Ctrl-C (this process handles it)
 and ends when its request pipe closes, i.e. with this process.
 
-Off by default; `--autotune_compile_helper` turns it on (never under the interpreter, with one
-compile worker or where there is no fork). On the H200 it took the gpu_perf workload's cold
-tuning from 0.198x to 0.176x of `triton.autotune` (means of three alternating runs), and made
-Liger-Kernel's dump run 12 % slower: every test's own compiles, which run on the test's thread,
-competed with children that use the CPUs threads held by the GIL did not. It is for a process
-that waits for its tuning, not one that compiles its own work meanwhile.
-(docs/decisions/0029-compile-helper-process.md)
+On by default; `--autotune_compile_helper=false` turns it off (it is never used under the
+interpreter, with one compile worker, with a remote compile cache or where there is no fork).
+Used for every scheduler compile, it took the gpu_perf workload's cold tuning from 0.198x to
+0.176x of `triton.autotune` on the H200 and made Liger-Kernel's dump run 12 % slower; hence
+only while the process waits (docs/decisions/0029-compile-helper-process.md).
 """
 
 from __future__ import annotations
