@@ -51,7 +51,8 @@ is, and a compile holds LLVM's. The server (compile_server.py) runs nicer than t
 and ends when its request pipe closes, i.e. with this process.
 
 On by default; `--autotune_compile_helper=false` turns it off (it is never used under the
-interpreter, with one compile worker, with a remote compile cache or where there is no fork).
+interpreter, with one compile worker, with a remote compile cache, where there is no fork, or
+from a process holding over MAX_RESIDENT_BYTES of its own memory).
 Used for every scheduler compile, it took the gpu_perf workload's cold tuning from 0.198x to
 0.176x of `triton.autotune` on the H200 and made Liger-Kernel's dump run 12 % slower; hence
 only while the process waits (docs/decisions/0029-compile-helper-process.md).
@@ -81,6 +82,12 @@ log = logging.getLogger("autotune_cache")
 # The longest a scheduler thread waits for a child's compile before it compiles itself (and
 # sends no more: a child that long is stuck, or the machine is).
 COMPILE_TIMEOUT_S = 300.0
+# No server is forked from a process holding more anonymous memory than this: a fork copies
+# the page tables of every such page, and the server forks one child per compile, one after
+# another. Measured on the 2-core development VM: a fork took 0.3 ms, then about 16 ms per GiB
+# touched (8 GiB: 130 ms), against a compile of 0.3-1 s. A test process is a few GiB; a
+# training process holding tens of GiB on the host compiles in its threads instead.
+MAX_RESIDENT_BYTES = 8 << 30
 
 _local = threading.local()
 
@@ -184,6 +191,13 @@ class CompileHelper:
             if self.pid is not None or self.gone is not None:
                 return self.gone is None
             if _inflight:
+                return False
+            resident = anonymous_resident_bytes()
+            if resident is not None and resident > MAX_RESIDENT_BYTES:
+                self.gone = (f"this process holds {resident / (1 << 30):.1f} GiB of its own "
+                             f"memory (over {MAX_RESIDENT_BYTES >> 30} GiB): a fork per compile "
+                             "would cost more than it saves")
+                log.debug("autotune_cache: no compile helper: %s", self.gone)
                 return False
             try:
                 request_read, request_write = os.pipe()
@@ -352,6 +366,17 @@ class CompileHelper:
             _parent_ends.discard(answers)
             with contextlib.suppress(OSError):
                 os.close(answers)
+
+
+def anonymous_resident_bytes() -> int | None:
+    """This process's resident memory that is not file-backed (Linux `/proc/self/statm`:
+    resident minus shared pages), which a fork copies the page tables of; None where unknown."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -140,6 +140,26 @@ def test_the_scheduler_starts_the_helper_when_it_queues_with_nothing_compiling(m
     assert asked == [0] * settles_at
 
 
+def test_no_helper_is_forked_from_a_process_holding_much_memory(helper, monkeypatch):
+    """Each child's fork copies the page tables of the process's own memory: a training
+    process holding tens of GiB compiles in its threads. Settled for good, and said why."""
+    monkeypatch.setattr(compile_helper, "anonymous_resident_bytes", lambda: 9 << 30)
+    assert helper.start() is False and helper.pid is None
+    assert helper.gone == ("this process holds 9.0 GiB of its own memory (over 8 GiB): a fork "
+                           "per compile would cost more than it saves")
+    assert helper.start() is False  # not tried again
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+def test_the_memory_a_fork_copies_is_read_from_proc():
+    before = compile_helper.anonymous_resident_bytes()
+    block = bytearray(64 << 20)
+    block[::4096] = b"\1" * len(block[::4096])  # touched: resident
+    after = compile_helper.anonymous_resident_bytes()
+    assert before is not None and after is not None
+    assert after - before >= 48 << 20
+
+
 def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
     """Any thread's compile (every JIT compile passes the patch) defers the fork: it would copy
     LLVM's locks as that compile holds them."""
