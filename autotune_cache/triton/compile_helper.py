@@ -170,6 +170,7 @@ class CompileHelper:
         self.pending: dict[int, Future[tuple[str, str]]] = {}
         self.differs: dict[tuple[str, str], str] = {}  # kernels the server has not the same of
         self.next_id = 0
+        self.children = 0  # requests sent and not answered yet
         self.prefilled = 0
         self.declined: dict[str, int] = {}
 
@@ -336,9 +337,20 @@ class CompileHelper:
                 why = f"the compile does not pickle: {type(e).__name__}"
         if why is not None:
             return self._decline(why)
+        share = children_share()
         with self.lock:
-            future = self._send(request)
-        status, detail = self._wait(future, COMPILE_TIMEOUT_S)
+            if self.children >= share:
+                why = f"this process's share of compile children ({share}) is busy"
+            else:
+                self.children += 1
+                future = self._send(request)
+        if why is not None:
+            return self._decline(why)
+        try:
+            status, detail = self._wait(future, COMPILE_TIMEOUT_S)
+        finally:
+            with self.lock:
+                self.children -= 1
         if status == "differs":  # so is every other compile of this kernel: not sent again
             with self.lock:
                 self.differs[kernel] = f"differs: {detail}"
@@ -455,6 +467,19 @@ def _cached(src: Any, target: Any, request: dict[str, Any]) -> bool:
 def helper() -> CompileHelper:
     """This process's helper."""
     return process.current().part(CompileHelper)
+
+
+def children_share() -> int:
+    """How many children this process may have compiling at once: one per compile worker, and
+    under pytest-xdist the worker's share of them (--autotune_compile_workers over the worker
+    count), as the scheduler's work ahead of need: each xdist worker forks its own server, and
+    every worker's candidates may wait at once (threads held back by the GIL could not all
+    compile at once; children can, each with its own memory)."""
+    from autotune_cache.cache import get_cache
+
+    workers = get_cache().settings.compile_workers
+    worker = env.xdist_worker()
+    return max(1, workers // worker[1]) if worker is not None else workers
 
 
 def enabled() -> bool:

@@ -160,6 +160,38 @@ def test_the_memory_a_fork_copies_is_read_from_proc():
     assert after - before >= 48 << 20
 
 
+@pytest.mark.parametrize(("xdist", "share"), [(None, 16), (("gw3", "8"), 2), (("gw0", "32"), 1)])
+def test_children_at_once_are_the_workers_share_of_the_compile_workers(monkeypatch, xdist,
+                                                                      share):
+    """Each xdist worker forks its own server, and every worker may wait at once: children,
+    unlike threads held back by the GIL, would all compile at once, each with its memory."""
+    import types
+
+    import autotune_cache.cache
+
+    settings = types.SimpleNamespace(compile_workers=16)
+    monkeypatch.setattr(autotune_cache.cache, "get_cache",
+                        lambda: types.SimpleNamespace(settings=settings))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    if xdist is not None:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", xdist[0])
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", xdist[1])
+    assert compile_helper.children_share() == share
+
+
+def test_a_compile_over_the_share_of_children_is_compiled_here(helper, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    kernel = plain_kernel(monkeypatch)
+    monkeypatch.setattr(compile_helper, "children_share", lambda: 2)
+    monkeypatch.setattr(compile_helper, "_cached", lambda *a: False)
+    helper.pid, helper.modules, helper.children = -1, frozenset({kernel.fn.__module__}), 2
+    why = helper.prefill(ASTSource(kernel, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
+    assert why == "this process's share of compile children (2) is busy"
+    assert helper.next_id == 0 and helper.children == 2  # nothing sent
+    helper.pid = None
+
+
 def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
     """Any thread's compile (every JIT compile passes the patch) defers the fork: it would copy
     LLVM's locks as that compile holds them."""
