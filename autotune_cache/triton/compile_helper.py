@@ -93,11 +93,12 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def allowed() -> Any:
+def allowed(value: bool = True) -> Any:
     """On this thread for the duration (a scheduler worker's job), Triton's compiles may go to
-    the helper first, while some thread waits (`waiting`)."""
+    the helper first, while some thread waits (`waiting`); `allowed(False)`: they may not (a
+    job a thread runs itself because it waits for it)."""
     before = getattr(_local, "allowed", False)
-    _local.allowed = True
+    _local.allowed = value
     try:
         yield
     finally:
@@ -114,15 +115,18 @@ _waiters = 0
 @contextlib.contextmanager
 def waiting() -> Any:
     """For the duration, this thread waits for the scheduler's compiles (a launch for its
-    winner, a tuning for its candidates, a dump run's end for its deferred tunings)."""
+    winner, a tuning for its candidates, a dump run's end for its deferred tunings). A child
+    forked meanwhile starts with none (`_after_fork_in_child`) and is not counted down."""
     global _waiters
+    pid = os.getpid()
     with _waiters_lock:
         _waiters += 1
     try:
         yield
     finally:
-        with _waiters_lock:
-            _waiters -= 1
+        if os.getpid() == pid:
+            with _waiters_lock:
+                _waiters -= 1
 
 
 def waited_for() -> bool:
@@ -191,14 +195,14 @@ class CompileHelper:
         with self.lock, _inflight_lock:
             if self.pid is not None or self.gone is not None:
                 return self.gone is None
-            if _inflight:
-                return False
             resident = anonymous_resident_bytes()
             if resident is not None and resident > MAX_RESIDENT_BYTES:
                 self.gone = (f"this process holds {resident / (1 << 30):.1f} GiB of its own "
                              f"memory (over {MAX_RESIDENT_BYTES >> 30} GiB): a fork per compile "
                              "would cost more than it saves")
                 log.debug("autotune_cache: no compile helper: %s", self.gone)
+                return False
+            if _inflight:
                 return False
             try:
                 request_read, request_write = os.pipe()
@@ -343,10 +347,11 @@ class CompileHelper:
                 why = f"this process's share of compile children ({share}) is busy"
             else:
                 self.children += 1
-                future = self._send(request)
         if why is not None:
             return self._decline(why)
         try:
+            with self.lock:
+                future = self._send(request)
             status, detail = self._wait(future, COMPILE_TIMEOUT_S)
         finally:
             with self.lock:
@@ -520,7 +525,7 @@ def _compile(src: Any, *args: Any, **kwargs: Any) -> Any:
     with _inflight_lock:
         _inflight += 1
     try:
-        if getattr(_local, "allowed", False) and _waiters:
+        if getattr(_local, "allowed", False) and _waiters > 0:
             named = dict(zip(("target", "options", "_env_vars"), args, strict=False), **kwargs)
             try:
                 if named.get("target") is not None and enabled():

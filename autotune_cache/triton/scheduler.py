@@ -146,15 +146,11 @@ class CompileJob(Future):  # type: ignore[type-arg]
         return self._claimed or self.cancelled()
 
     def result(self, timeout: float | None = None) -> Any:
-        if self.done():
-            return super().result(0)
         with compile_helper.waiting():
             self._run_here()
             return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self.done():
-            return super().exception(0)
         with compile_helper.waiting():
             self._run_here()
             return super().exception(timeout)
@@ -162,7 +158,8 @@ class CompileJob(Future):  # type: ignore[type-arg]
     def _run_here(self) -> None:
         if self.pid != os.getpid() and not self.done():
             raise CancelledError("the compile was started in the parent of this forked process")
-        self.run()  # here, at this thread's priority (the workers' go to the helper meanwhile)
+        with compile_helper.allowed(False):  # here, at this thread's priority, even on a worker
+            self.run()  # (the workers' compiles go to the helper meanwhile)
 
 
 class CompileScheduler:

@@ -185,11 +185,11 @@ def test_a_compile_over_the_share_of_children_is_compiled_here(helper, monkeypat
     kernel = plain_kernel(monkeypatch)
     monkeypatch.setattr(compile_helper, "children_share", lambda: 2)
     monkeypatch.setattr(compile_helper, "_cached", lambda *a: False)
-    helper.pid, helper.modules, helper.children = -1, frozenset({kernel.fn.__module__}), 2
+    monkeypatch.setattr(helper, "pid", -1)  # undone before the fixture closes the helper
+    helper.modules, helper.children = frozenset({kernel.fn.__module__}), 2
     why = helper.prefill(ASTSource(kernel, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
     assert why == "this process's share of compile children (2) is busy"
     assert helper.next_id == 0 and helper.children == 2  # nothing sent
-    helper.pid = None
 
 
 def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
@@ -271,16 +271,66 @@ def test_a_thread_waiting_for_a_job_sends_the_workers_compiles_to_the_helper(fak
         release.set()
 
     threading.Thread(target=watch).start()
-    assert blocker.result(timeout=30) == "first"
+    try:
+        assert blocker.result(timeout=30) == "first"
+    finally:
+        release.set()
     assert seen == [True]
     assert [a[0] for a in fake_helper] == ["worker-src"]
     assert not compile_helper.waited_for()
 
-    with pool.held():  # no worker starts it: the waiting thread runs it, not the helper
+    with pool.held():  # no worker starts it: the waiting thread runs it, not the helper,
+        # even when that thread is itself a worker running a job (`allowed`)
         here = pool.submit(lambda: compile_helper._compile("own-src", TARGET, OPTIONS),
                            scheduler.Priority.SPECULATIVE)
-        assert here.result(timeout=30) == "kernel"
+        with compile_helper.allowed():
+            assert here.result(timeout=30) == "kernel"
     assert [a[0] for a in fake_helper] == ["worker-src"]
+
+
+def test_a_child_forked_while_a_thread_waits_counts_no_waiter():
+    """The child has none of the parent's threads: it starts with no waiter, and the forking
+    thread's wait ending in the child does not count it below zero."""
+    import warnings
+
+    read, write = os.pipe()
+    with compile_helper.waiting(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12: a threaded fork
+        pid = os.fork()
+    if pid == 0:  # the child, after its copy of the wait ended
+        os.write(write, str(compile_helper._waiters).encode())
+        os._exit(0)
+    os.close(write)
+    got = os.read(read, 16).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert got == "0"
+    assert compile_helper._waiters == 0
+
+
+def test_a_compile_candidates_thread_waits_from_its_first_submission(monkeypatch):
+    """A tuning's thread only specialises its candidates, then waits for them: the workers'
+    compiles may go to the helper from the first, not from the first `result()`."""
+    from autotune_cache.triton import compile as compile_module
+
+    seen: list[bool] = []
+
+    class Mode:  # Triton's AsyncCompileMode, recording whether its thread counts as waiting
+        def __init__(self, lane, ignore_errors):
+            seen.append(compile_helper.waited_for())
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            seen.append(compile_helper.waited_for())
+
+    monkeypatch.setattr(triton, "AsyncCompileMode", Mode)
+    monkeypatch.setattr(compile_module, "_specialise", lambda *a: None)
+    monkeypatch.setattr(compile_module, "ensure_triton_cache_dir", lambda: None)
+    monkeypatch.setattr("autotune_cache.triton.device.interpreter_active", lambda: False)
+    compile_module.compile_candidates(object(), (), {}, [triton.Config({})] * 3, workers=2)
+    assert seen == [True, True] and not compile_helper.waited_for()
 
 
 def test_triton_takes_compile_from_the_patch():
