@@ -525,7 +525,7 @@ def _compile(src: Any, *args: Any, **kwargs: Any) -> Any:
     with _inflight_lock:
         _inflight += 1
     try:
-        if getattr(_local, "allowed", False) and _waiters > 0:
+        if getattr(_local, "allowed", False) and waited_for():
             named = dict(zip(("target", "options", "_env_vars"), args, strict=False), **kwargs)
             try:
                 if named.get("target") is not None and enabled():
