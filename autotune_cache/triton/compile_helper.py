@@ -174,7 +174,6 @@ class CompileHelper:
         self.pending: dict[int, Future[tuple[str, str]]] = {}
         self.differs: dict[tuple[str, str], str] = {}  # kernels the server has not the same of
         self.next_id = 0
-        self.children = 0  # requests sent and not answered yet
         self.prefilled = 0
         self.declined: dict[str, int] = {}
 
@@ -342,20 +341,11 @@ class CompileHelper:
         if why is not None:
             return self._decline(why)
         share = children_share()
-        with self.lock:
-            if self.children >= share:
-                why = f"this process's share of compile children ({share}) is busy"
-            else:
-                self.children += 1
-        if why is not None:
-            return self._decline(why)
-        try:
-            with self.lock:
-                future = self._send(request)
-            status, detail = self._wait(future, COMPILE_TIMEOUT_S)
-        finally:
-            with self.lock:
-                self.children -= 1
+        with self.lock:  # a child compiles from its request's send to its answer (`pending`)
+            future = self._send(request) if len(self.pending) < share else None
+        if future is None:
+            return self._decline(f"this process's share of compile children ({share}) is busy")
+        status, detail = self._wait(future, COMPILE_TIMEOUT_S)
         if status == "differs":  # so is every other compile of this kernel: not sent again
             with self.lock:
                 self.differs[kernel] = f"differs: {detail}"

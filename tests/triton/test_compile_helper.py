@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -186,10 +187,11 @@ def test_a_compile_over_the_share_of_children_is_compiled_here(helper, monkeypat
     monkeypatch.setattr(compile_helper, "children_share", lambda: 2)
     monkeypatch.setattr(compile_helper, "_cached", lambda *a: False)
     monkeypatch.setattr(helper, "pid", -1)  # undone before the fixture closes the helper
-    helper.modules, helper.children = frozenset({kernel.fn.__module__}), 2
+    helper.modules = frozenset({kernel.fn.__module__})
+    helper.pending = {7: Future(), 8: Future()}  # two requests sent, not answered yet
     why = helper.prefill(ASTSource(kernel, {"x": "*fp32"}, {}, {}), TARGET, OPTIONS, None)
     assert why == "this process's share of compile children (2) is busy"
-    assert helper.next_id == 0 and helper.children == 2  # nothing sent
+    assert helper.next_id == 0 and set(helper.pending) == {7, 8}  # nothing sent
 
 
 def test_the_helper_is_not_forked_while_a_compile_runs(helper, monkeypatch):
