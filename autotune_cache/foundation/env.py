@@ -226,3 +226,10 @@ def xdist_worker() -> tuple[int, int] | None:
         return None
     index, total = int(name[2:]), int(count)
     return (index, total) if 0 <= index < total else None
+
+
+def xdist_share(total: int) -> int:
+    """This pytest-xdist worker's share of `total` (at least 1): every worker of the run takes
+    as much at once; `total` outside xdist."""
+    worker = xdist_worker()
+    return max(1, total // worker[1]) if worker is not None else total

@@ -472,9 +472,7 @@ def children_share() -> int:
     compile at once; children can, each with its own memory)."""
     from autotune_cache.cache import get_cache
 
-    workers = get_cache().settings.compile_workers
-    worker = env.xdist_worker()
-    return max(1, workers // worker[1]) if worker is not None else workers
+    return env.xdist_share(get_cache().settings.compile_workers)
 
 
 def enabled() -> bool:

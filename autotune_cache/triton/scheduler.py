@@ -194,9 +194,7 @@ class CompileScheduler:
         """How many threads may run `priority` at once: all, but work ahead of need (AHEAD,
         SPECULATIVE) under pytest-xdist, both kinds together (`_busy`)."""
         if priority is not Priority.CANDIDATE:
-            worker = env.xdist_worker()
-            if worker is not None:
-                return max(1, self._workers // worker[1])
+            return env.xdist_share(self._workers)
         return self._workers
 
     def _busy(self, priority: Priority) -> int:
