@@ -34,7 +34,6 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    compile_helper: bool = True
     all_kernels: bool = False
     deferred_tuning: bool = True
 
@@ -233,17 +232,6 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _parse_int(f, v),
           "--autotune_compile_workers=8",
           "threads compiling candidate configs in parallel (default: CPU count)"),
-    _Flag("autotune_compile_helper", "compile_helper",
-          "[=true|false]  while the process waits for its background compiles, they run in "
-          "forked processes (default true)",
-          lambda f, v, env: _parse_bool(f, v),
-          "--autotune_compile_helper=false",
-          "while a thread waits for the compile workers (a tuning for its candidates, a launch "
-          "for its winner, a dump run's end for its deferred tunings), they hand each compile "
-          "to a process forked from a copy of this one, out of the launching process's GIL, "
-          "and then take the binary from Triton's compile cache; while none waits they compile "
-          "in this process, beside the tests' own compiles (default true; never under the "
-          "interpreter) ([triton.md](triton.md#the-compile-helper))"),
     _Flag("autotune_deferred_tuning", "deferred_tuning",
           "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",
           lambda f, v, env: _parse_bool(f, v),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,17 +126,6 @@ def use(mapping: MutableMapping[str, str]) -> Iterator[MutableMapping[str, str]]
         yield mapping
     finally:
         _source = previous
-
-
-def set_process_variables(values: Mapping[str, str | None]) -> None:
-    """Set (None: unset) variables of the process itself, where C code reads them with getenv,
-    whatever `use` swapped in: for a forked compile process (triton.compile_helper), which
-    compiles with its parent's Triton settings."""
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 def get(name: str, default: str = "") -> str:

@@ -7,7 +7,6 @@ cache; see docs/triton.md.
 """
 
 from autotune_cache.triton import classroute as _classroute
-from autotune_cache.triton import compile_helper as _compile_helper
 from autotune_cache.triton.autotuner import (
     AllConfigsFailedError,
     Autotuner,
@@ -29,7 +28,6 @@ from autotune_cache.triton.warmups import install as _install_warmups
 
 _install_warmups()  # Triton's compile hook: plain @triton.jit specializations (warmups.py)
 _classroute.patch()  # Triton's own tuners: routed while install() is on, watched always
-_compile_helper.patch()  # the scheduler's compiles: a forked process first (compile_helper.py)
 
 __all__ = [
     "INTERPRETER_DEVICE",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune_cache.triton import compile_helper, process, scheduler
+from autotune_cache.triton import process, scheduler
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.scheduler import Lane, Priority
@@ -314,9 +314,7 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
                 compiles.seconds[i] = time.perf_counter() - began
     else:
         lane = scheduler.scheduler(workers).lane(Priority.CANDIDATE, compiles.seconds)
-        # This thread only specialises and then waits: the workers' compiles may go to the
-        # compile helper from the first (compile_helper.py).
-        with compile_helper.waiting(), async_mode(lane, ignore_errors=True):
+        with async_mode(lane, ignore_errors=True):
             futures = {}
             with recording_specializations(compiles.specs) as now:
                 for i in order:
@@ -349,16 +347,15 @@ class Queued:
         """Wait for the compiles of `indices` and finish them into the JITFunction's in-memory
         cache (so launches find them); what compile_candidates would have returned for them."""
         compiles = Compiles(specs={i: s for i, s in self.specs.items() if i in indices})
-        with compile_helper.waiting():  # also between two compiles' results
-            for i in indices:
-                if i in self.failures:
-                    compiles.failures[i] = self.failures[i]
-                    continue
-                reason = _finish(self.kernels.get(i))
-                if reason is not None:
-                    compiles.failures[i] = reason
-                if i in self.seconds:
-                    compiles.seconds[i] = self.seconds[i]
+        for i in indices:
+            if i in self.failures:
+                compiles.failures[i] = self.failures[i]
+                continue
+            reason = _finish(self.kernels.get(i))
+            if reason is not None:
+                compiles.failures[i] = reason
+            if i in self.seconds:
+                compiles.seconds[i] = self.seconds[i]
         compiles.wall = time.perf_counter() - self.started
         return compiles
 

@@ -4,8 +4,7 @@ Four kinds of work share it, in this order of priority:
 
 1. A compile some thread is waiting for now. Waiting on a job that no worker has started
    (`CompileJob.result()`) runs it on the waiting thread at once, whatever its queue, so a
-   launch never queues behind anything; a job a worker already runs is waited for. While a
-   thread waits, the workers' compiles go to the compile helper (compile_helper.py).
+   launch never queues behind anything; a job a worker already runs is waited for.
 2. `Priority.CANDIDATE`: a tuning's candidates (compile.py: compiled before they are
    benchmarked, at the launch or, in a dump run, queued for the end of the run by deferred.py).
 3. `Priority.AHEAD`: loaded winners and plain-kernel warm-ups compiled before any launch asks
@@ -42,7 +41,7 @@ from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from autotune_cache.foundation import env
-from autotune_cache.triton import compile_helper, process
+from autotune_cache.triton import process
 
 # Waiting for the compiles in flight before a tuning benchmarks: at most this long.
 HOLD_TIMEOUT_S = 60.0
@@ -146,20 +145,17 @@ class CompileJob(Future):  # type: ignore[type-arg]
         return self._claimed or self.cancelled()
 
     def result(self, timeout: float | None = None) -> Any:
-        with compile_helper.waiting():
-            self._run_here()
-            return super().result(timeout)
+        self._run_here()
+        return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        with compile_helper.waiting():
-            self._run_here()
-            return super().exception(timeout)
+        self._run_here()
+        return super().exception(timeout)
 
     def _run_here(self) -> None:
         if self.pid != os.getpid() and not self.done():
             raise CancelledError("the compile was started in the parent of this forked process")
-        with compile_helper.allowed(False):  # here, at this thread's priority, even on a worker
-            self.run()  # (the workers' compiles go to the helper meanwhile)
+        self.run()  # here, at this thread's priority
 
 
 class CompileScheduler:
@@ -179,7 +175,6 @@ class CompileScheduler:
         self._worker_nice: int | None = None
         self._stopping = False
         self._exit_hook = False
-        self._helper_settled = False
 
     # ----- configuration --------------------------------------------------------------------
 
@@ -214,11 +209,6 @@ class CompileScheduler:
     def enqueue(self, job: CompileJob) -> CompileJob:
         """Queue a job made beforehand (a caller that hands out jobs before queueing them in
         an order of its own); returns it."""
-        if not self._helper_settled and not sum(self._running.values()):
-            # No compile runs on the pool now: the compile helper may be forked, if it is on
-            # and none runs on any other thread either (compile_helper.py: a fork copies every
-            # lock as it is, and a compile holds LLVM's).
-            self._helper_settled = compile_helper.start_if_enabled(prime=_prime_triton)
         with self._cond:
             self._queues[job.priority].append(job)
             self._start_thread()
@@ -296,8 +286,7 @@ class CompileScheduler:
                     job = self._next()
                 self._running[job.priority] += 1
             try:
-                with compile_helper.allowed():  # its compiles may go to the helper first
-                    job.run()
+                job.run()
             finally:
                 with self._cond:
                     self._running[job.priority] -= 1

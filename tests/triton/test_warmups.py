@@ -49,9 +49,8 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     """Triton's real compiler for sm_90 on the CPU. The dump keeps the plain kernel's two
     specializations, not the compiles of our tuner's kernel or of Triton's own autotuner. A
     fresh process with an empty compile cache compiles both on the pool, started by its first
-    compile of another kernel (on its threads while the process does not wait for them; in
-    processes the compile helper forks while it does), and its own compiles of them run no
-    ptxas. While no pool thread
+    compile of another kernel (on its threads, in this process: nothing is forked), and its
+    own compiles of them run no ptxas. While no pool thread
     may start, each launch runs its queued warm-up itself: still one compile each. A changed
     kernel source compiles nothing ahead."""
     results = tmp_path / "r.textproto"
@@ -62,15 +61,13 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
 
     on_pool = _worker("load-waited", results, tmp_path / "tc-load")
     assert on_pool == {"queued_ok": [True, True], "launch_compiles": [True, True],
-                       "ptxas": [["add_kernel", "helper"], ["add_kernel", "helper"],
+                       "ptxas": [["add_kernel", "pool"], ["add_kernel", "pool"],
                                  ["double_in_place_kernel", "MainThread"]],
                        "warmups_ahead": 2, "summary_mentions": True}
 
     # While the process does its own work instead of waiting, the pool's threads run the
-    # compiles themselves; so they do with the helper off, waited for or not.
+    # compiles all the same.
     threads = _worker("load", results, tmp_path / "tc-threads")
-    off = _worker("load-waited", results, tmp_path / "tc-off", WARMUP_TEST_HELPER="off")
-    assert off["ptxas"] == threads["ptxas"] and off["warmups_ahead"] == 2
     assert threads["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
                                 ["double_in_place_kernel", "MainThread"]]
     assert threads["launch_compiles"] == [True, True] and threads["warmups_ahead"] == 2
@@ -85,7 +82,7 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     # them (compile-cache hits, no ptxas) and the new dump records them with the run's own.
     regen = _worker("regen", results, tmp_path / "tc-regen")
     assert regen["queued_ok"] == [True, True] and regen["warmups_ahead"] == 2
-    assert regen["ptxas"] == [["add_kernel", "helper"], ["add_kernel", "helper"],
+    assert regen["ptxas"] == [["add_kernel", "pool"], ["add_kernel", "pool"],
                               ["double_in_place_kernel", "MainThread"]]
     dip = "tests.triton.kernels.double_in_place_kernel"
     assert regen["warmups"] == [add, add, dip] and regen["recorded"] == 3

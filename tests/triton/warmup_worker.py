@@ -9,8 +9,8 @@ finished, the plain kernel's own compiles find them. `load-held PATH`: the same 
 thread may start (a tuning benchmarks), so each of those compiles runs its queued warm-up itself,
 once. `regen PATH`: `load` in a process that also dumps (to PATH.regen.textproto: a regeneration
 in place), which compiles the warm-ups ahead into the compile cache only, so its launches still
-compile them (compile-cache hits) and its dump records them. Prints who ran ptxas for which
-kernel (a process the compile helper forked is "helper").
+compile them (compile-cache hits) and its dump records them. Prints which thread ran ptxas for
+which kernel.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from autotune_cache.formats import load_results  # noqa: E402
 from autotune_cache.foundation.key import CacheKey, is_warmup  # noqa: E402
 from autotune_cache.triton import (  # noqa: E402
     autotune,
-    compile_helper,
     preload,
     scheduler,
     warmups,
@@ -53,8 +52,8 @@ def do_bench(kernel_call, quantiles):  # times without launching: there is no GP
 
 class PtxasRuns:
     """(kernel, where) of every real compile's ptxas step from now on (a compile-cache hit runs
-    none): a thread's name ("pool" for the compile scheduler's), or "helper" for a process the
-    compile helper forked (compile_helper.py), which writes into the same file."""
+    none): a thread's name ("pool" for the compile scheduler's), or "child" for any other
+    process (there must be none: the engine forks nothing)."""
 
     def __init__(self) -> None:
         self.path = Path(tempfile.mkdtemp()) / "ptxas.jsonl"
@@ -62,7 +61,7 @@ class PtxasRuns:
 
         def make_cubin(self, src, metadata, opt, capability):
             thread = threading.current_thread().name
-            where = ("helper" if os.getpid() != main_pid else
+            where = ("child" if os.getpid() != main_pid else
                      "pool" if thread.startswith("autotune-compile") else thread)
             with path.open("a") as f:
                 f.write(json.dumps([metadata["name"], where]) + "\n")
@@ -71,10 +70,9 @@ class PtxasRuns:
         nvidia.CUDABackend.make_cubin = make_cubin
 
     def sorted(self) -> list[list[str]]:
-        """The runs of the test's kernels: not the compile helper's server's own warm-up."""
+        """The runs of the test's kernels."""
         lines = self.path.read_text().splitlines() if self.path.exists() else []
-        return sorted(run for run in map(json.loads, lines)
-                      if run[0] != "autotune_cache_warm_up")
+        return sorted(map(json.loads, lines))
 
 
 def main() -> None:
@@ -103,8 +101,7 @@ def main() -> None:
     if os.environ.get("WARMUP_TEST_SOURCE"):  # the kernel was edited since the dump
         warmups.source_fingerprint = lambda fn: os.environ["WARMUP_TEST_SOURCE"]
     regen = f"{path}.regen.textproto" if phase == "regen" else None
-    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2,
-                       compile_helper=os.environ.get("WARMUP_TEST_HELPER") != "off"))
+    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2))
     runs = PtxasRuns()
     waited = phase in ("load-waited", "regen")
     with contextlib.ExitStack() as stack:
@@ -118,9 +115,8 @@ def main() -> None:
             concurrent.futures.wait(queued, timeout=300)
         if waited:  # the workers' compiles, started while this thread waits for them (as a
             # launch or a dump run's end does, through CompileJob.result)
-            with compile_helper.waiting():
-                holding.close()
-                concurrent.futures.wait(queued, timeout=300)
+            holding.close()
+            concurrent.futures.wait(queued, timeout=300)
         compiled = [kernels.add_kernel.warmup(x, x, x, 256, BLOCK_SIZE=block, grid=(1,))
                     is not None for block in (64, 128)]
     stats = get_cache().stats
