@@ -1,31 +1,36 @@
-"""The dump file (--dump_autotune_results_to): it holds exactly the entries of one run.
+"""The dump file (--dump_autotune_results_to): one run's entries, written once, at its end.
 
 A *run* is the process that first opens a dump path (the run's root) and every process it
-starts that dumps to the same path (a test's subprocesses; pytest-xdist workers go through the
-plugin's own merge). The root makes a private run directory under the temp directory and names
-it in AUTOTUNE_DUMP_RUN, which child processes inherit (a run started inside another run, to
-another path, remembers the outer one, so a grandchild dumping to the outer path still joins
-it). A member writes its entries to its own
-partial file there; the root writes the dump file itself: its own entries, every partial so
-far, and, only with --autotune_dump_merge, the entries the file held before the run (the run's
-win on a shared key). So regenerating into a committed file drops entries the run no longer
-produces, and a process never waits on another process's lock to record an entry.
+starts that dumps to the same path (a test's subprocesses, a child made with os.fork();
+pytest-xdist workers go through the plugin's own merge). The root makes a private run directory
+under the temp directory and names it in AUTOTUNE_DUMP_RUN, which child processes inherit (a
+run started inside another run, to another path, remembers the outer one, so a grandchild
+dumping to the outer path still joins it). A member writes its entries to its own partial file
+there; the root writes the dump file itself, once, when the run ends (close): its own entries
+and every partial, combined with the file's earlier entries by the ownership rule
+(dumprule.py: a dump replaces only what the run owns), under one lock, atomically. A killed run
+never touches the dump file.
 
+- The root is the process that made the DumpFile: a child made with os.fork() keeps the
+  object, but its pid differs from the one recorded at creation, so it is a member (it writes a
+  partial file and never ends the run).
 - A file at the dump path that is not a results file is refused when the run starts, in every
   mode, and never overwritten.
 - Two processes of one run that recorded different entries for one key (each tuned it): the
   dump keeps the faster winner (`merge_run`, the run's one rule, which the pytest-xdist merge
   uses too); each such key is logged, and counted in `tuned_twice`.
-- Merge mode reads, merges and replaces the file under one lock, kept in a directory no other
-  account can take (locking.private_lock_dir: under the home directory), never next to the
-  dump, so nothing is left beside a committed file; a change made by another run since this
-  one read the file is read again under the lock.
+- The final read-combine-write holds a lock kept in a directory no other account can take
+  (locking.private_lock_dir: under the home directory), never next to the dump, so nothing is
+  left beside a committed file; a file another run changed since this one started is read
+  again under the lock, so its entries of other devices are kept.
 - The root removes the run directory when it closes. A process started inside that run which
   first dumps after it ended (a late child) finds its inherited run gone: it never replaces
-  the run's file, it merges its entries into it under the lock.
+  the run's file, it merges its entries into it (the merge row of the rule).
 - The file as the run found it is kept in the run directory (`snapshot`), and every member
   that loads the dump path loads that snapshot: an in-place regen (load F, dump F) sees the
-  committed entries for the whole run, never a partial rewrite.
+  committed entries for the whole run.
+- A dump path that does not exist yet is not loaded (skips_load): a first dump under a setup
+  that loads the file (an ini file's load option) just works.
 - A dump path that is a symbolic link is written through: the link's target is replaced
   atomically, the link stays.
 - The root holds `<run dir>/alive` locked while it lives; a new root sweeps the run
@@ -55,11 +60,12 @@ from autotune_cache.formats import (
 )
 from autotune_cache.foundation import env, locking
 from autotune_cache.foundation.locking import Liveness, file_lock, private_lock_dir, sweep_dead
+from autotune_cache.store.dumprule import FAILED, FULL, MERGE, DumpOutcome, apply_rule
 
 log = logging.getLogger("autotune_cache")
 
 DUMP_FLAG = "--dump_autotune_results_to"
-# Merge mode holds this lock for one read-merge-write of the final file.
+# The root holds this lock for the one read-combine-write of the final file.
 LOCK_TIMEOUT_S = 120.0
 _TARGET = "target"  # the run directory's file naming the dump path it collects for
 _OUTER = "outer"  # ... and the one naming the run it was started inside ('' for none)
@@ -170,31 +176,29 @@ class DumpFile:
         self.merge = merge
         self.flag = flag
         self._target = str(self.path.resolve())
+        self._pid = os.getpid()  # a child made with os.fork() has another: never the root
         inherited = env.dump_run()
         run_dir = _find_run(inherited, self._target)
-        self.is_root = run_dir is None
+        self._root = run_dir is None
         # A late child: started inside a run that has ended. It must not replace the run's file.
-        self.orphan = self.is_root and bool(inherited) and not Path(inherited).is_dir()
+        self.orphan = self._root and bool(inherited) and not Path(inherited).is_dir()
         if self.orphan:
             log.info("autotune_cache: the dump run this process was started in has ended, so "
                      "its entries are merged into %s, never replacing it", self.path)
-            self.merge = merge = True
-        self._base: dict[str, Keyed] = {}
+            self.merge = True
         self._members: dict[Path, tuple[tuple[int, int, int] | None, dict[str, Keyed]]] = {}
-        # The dump file's identity after this root last wrote it (merge mode re-reads a change).
-        self._base_identity: tuple[int, int, int] | None = None
         self._closed = False
-        self.kept = 0  # entries close(keep_existing=True) kept from the file's old ones
+        self.outcome: DumpOutcome | None = None  # what close() did to the file (the root)
         self.tuned_twice = 0  # keys two processes of the run tuned (merge_run kept the faster)
         self.broken = ""  # why the file at the dump path is a broken results file (replaced)
         self._alive: Liveness | None = None
-        if self.is_root:
-            # Refuse a foreign file now, before any tuning; merge mode keeps what it read. The
-            # identity first: a change after it makes the first write read the file again.
-            self._base_identity = _identity(self.path) if merge else None
-            existing = self._read_committed(flag)
-            self._base = existing if merge else {}
-            self._snapshot: dict[str, Keyed] | None = existing
+        self._snapshot: dict[str, Keyed] = {}
+        self._start_identity: tuple[int, int, int] | None = None
+        if self._root:
+            # Refuse a foreign file now, before any tuning. The identity first: a change after
+            # it makes the final write read the file again.
+            self._start_identity = _identity(self.path)
+            self._snapshot = self._read_committed(flag)
             self._outer_run = inherited or None  # a run to another path, restored at close
             temp = Path(tempfile.gettempdir())
             sweep_dead(temp, f"{RUN_PREFIX}*")
@@ -210,8 +214,22 @@ class DumpFile:
         else:
             assert run_dir is not None
             self.run_dir = run_dir
-            self._snapshot = None
-        self.partial = self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
+
+    @property
+    def is_root(self) -> bool:
+        """Whether this process is the run's root: it made this DumpFile as the run's first
+        process (a forked child, which inherits the object, is a member)."""
+        return self._root and os.getpid() == self._pid
+
+    @property
+    def partial(self) -> Path:
+        """This process's partial file in the run directory (a member's)."""
+        return self.run_dir / f"p-{os.getpid()}-{id(self):x}.binpb"
+
+    @property
+    def kept(self) -> int:
+        """How many of the file's earlier entries the last close kept."""
+        return self.outcome.kept if self.outcome is not None else 0
 
     def _read_committed(self, flag: str) -> dict[str, Keyed]:
         """The entries at the dump path. A results file broken by hand (a merge conflict, a
@@ -231,9 +249,18 @@ class DumpFile:
         return {}
 
     def skips_load(self, path: Path) -> bool:
-        """Whether a file to load is this run's dump path holding a broken results file that
-        the run replaces (so loading it would only fail the regen)."""
-        return (self.run_dir / _BROKEN).is_file() and self._is_target(path)
+        """Whether a file to load is this run's dump path and must not be loaded: it holds a
+        broken results file that the run replaces (loading it would only fail the regen), or
+        it does not exist yet (a first dump under a setup that loads it)."""
+        if not self._is_target(path):
+            return False
+        if (self.run_dir / _BROKEN).is_file():
+            return True
+        if not Path(path).exists() and not (self.run_dir / _SNAPSHOT).is_file():
+            log.info("autotune_cache: %s does not exist yet; this dump run creates it, so it "
+                     "is not loaded", path)
+            return True
+        return False
 
     def _keep_snapshot(self) -> None:
         """Keep the dump path's file as the run found it, for the members' loads."""
@@ -262,57 +289,58 @@ class DumpFile:
     # ----- writing ---------------------------------------------------------------------------
 
     def write(self, pairs: Iterable[Keyed]) -> int:
-        """Write this process's entries so far: the dump file itself in the root, its partial
-        file in a member. Returns the number of entries written (the whole dump's in the root).
-        In merge mode this write never waits for the dump's lock: while another run holds it,
-        the write is skipped (0 is returned) and close() writes every entry, waiting for the
-        lock once per process. CacheDirError names the file on failure."""
-        return self._write(list(pairs), wait=False)
-
-    def _write(self, pairs: list[Keyed], *, wait: bool, keep_existing: bool = False) -> int:
+        """Record this process's entries so far: a member writes its partial file (so the root
+        finds them even when this process is killed later); the root writes nothing before the
+        run ends (close), so a killed run never touches the dump file. Returns the number of
+        entries given. CacheDirError names the file when a partial cannot be written."""
+        pairs = list(pairs)
         if not self.is_root:
             self._write_partial(pairs)
+        return len(pairs)
+
+    def close(self, pairs: Iterable[Keyed], *, keep_existing: bool = False,
+              kind: str = FULL, selection: str = "") -> int:
+        """The run's last write from this process. In the root, the dump file is written (an
+        empty run still writes an empty results file) by the ownership rule (dumprule.py) and
+        the run directory removed; `outcome` says what the write did. Returns the number of
+        entries the dump file holds (the root), or this process wrote (a member).
+
+        `kind`: the kind of run (dumprule: FULL, SUBSET, FAILED, MERGE), `selection` how a
+        subset run selected; `keep_existing` is FAILED (the run failed, so it never shrinks the
+        file). Merge mode, and a late child, are MERGE."""
+        pairs = list(pairs)
+        if self._closed:
             return len(pairs)
-        with self._merge_lock(wait=wait) as go:
-            if not go:
-                return 0
-            if self.merge and self._base_changed():
-                self._base = read_existing(self.path, self.flag)
+        if not self.is_root:
+            self._write_partial(pairs)
+            self._closed = True
+            return len(pairs)
+        if self.merge:
+            kind = MERGE
+        elif keep_existing:
+            kind = FAILED
+        with self._file_lock():
             run, twice = merge_run([self._member_entries(), pairs])
             self.tuned_twice = len(twice)
             for key, _ in twice:
                 log.info("autotune_cache: two processes of this dump run tuned %s; the dump "
                          "keeps the faster winner", key.describe())
-            merged = {**self._base, **run}
-            if keep_existing and not self.merge:
-                old = self._committed()
-                self.kept = len(old.keys() - merged.keys())
-                merged = {**old, **merged}
+            merged, outcome = apply_rule(self._earlier_entries(), run, kind, str(self.path))
+            outcome.selection = selection
             # Through a symbolic link: its target is replaced, the link stays.
             self._save(Path(self._target), merged.values())
-            self._base_identity = _identity(self.path)
+        self.outcome = outcome
+        self._closed = True
+        self._end_run()
         return len(merged)
 
-    def _committed(self) -> dict[str, Keyed]:
-        """The entries the dump path held when the run began (before this root wrote it)."""
-        return self._snapshot if self._snapshot is not None else {}
-
-    def close(self, pairs: Iterable[Keyed], *, keep_existing: bool = False) -> int:
-        """The run's last write from this process; in the root, the dump file is written (an
-        empty run still writes an empty results file) and the run directory removed. Returns
-        the number of entries the dump file holds (the root), or this process wrote.
-
-        `keep_existing`: the run failed, so the file keeps the entries it held when the run
-        began that the run did not reproduce (the run's win on a shared key; `kept` says how
-        many): a failed run never shrinks the committed file."""
-        pairs = list(pairs)
-        if self._closed:
-            return len(pairs)
-        count = self._write(pairs, wait=True, keep_existing=keep_existing)
-        self._closed = True
-        if self.is_root:
-            self._end_run()
-        return count
+    def _earlier_entries(self) -> dict[str, Keyed]:
+        """The file's entries now: those read when the run began, unless another run changed
+        the file since (then read again: its entries of other devices must be kept)."""
+        if _identity(self.path) == self._start_identity:
+            return self._snapshot
+        self.broken = ""
+        return self._read_committed(self.flag)
 
     def _end_run(self) -> None:
         if env.dump_run() == str(self.run_dir):
@@ -345,14 +373,9 @@ class DumpFile:
 
     # ----- reading the other processes' entries ---------------------------------------------
 
-    def _base_changed(self) -> bool:
-        """Whether the dump file changed since this root read or last wrote it (merge mode
-        re-reads it under the lock: another run may have merged into it meanwhile)."""
-        return _identity(self.path) != self._base_identity
-
     def _member_entries(self) -> list[Keyed]:
         """Every member's entries, oldest partial first, re-reading only partial files that
-        changed; kept after the run directory is removed."""
+        changed."""
         for path in sorted(self.run_dir.glob("p-*.binpb")):
             identity = _identity(path)
             known = self._members.get(path)
@@ -369,26 +392,22 @@ class DumpFile:
         return [pair for _, (_, entries) in ordered for pair in entries.values()]
 
     @contextlib.contextmanager
-    def _merge_lock(self, *, wait: bool = True) -> Iterator[bool]:
-        """Merge mode: the lock that serialises read-merge-write of one dump path across runs.
-        Yields whether to write: with `wait`, always (after LOCK_TIMEOUT_S without the lock, or
-        when it cannot be taken, the write goes ahead with a warning); without, only when the
-        lock was free."""
+    def _file_lock(self) -> Iterator[None]:
+        """The lock that serialises the final read-combine-write of one dump path across runs
+        (concurrent merge-mode dumps keep every entry). After LOCK_TIMEOUT_S without it, or when
+        it cannot be taken, the write goes ahead (with a warning in merge mode, whose promise
+        it is)."""
         with contextlib.ExitStack() as stack:
-            if self.merge:
-                name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
-                try:
-                    lock_dir = private_lock_dir("dump-locks")
-                    held = stack.enter_context(
-                        file_lock(lock_dir / name, LOCK_TIMEOUT_S if wait else 0))
-                except LockError as e:
+            name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
+            try:
+                lock_dir = private_lock_dir("dump-locks")
+                held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
+            except LockError as e:
+                if self.merge:
                     log.warning("autotune_cache: merging into %s without its lock (%s)",
                                 self.path, e)
-                else:
-                    if not held and not wait:
-                        yield False
-                        return
-                    if not held:
-                        log.warning("autotune_cache: merging into %s without its lock (another "
-                                    "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
-            yield True
+            else:
+                if not held and self.merge:
+                    log.warning("autotune_cache: merging into %s without its lock (another "
+                                "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
+            yield

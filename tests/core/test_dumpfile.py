@@ -73,7 +73,7 @@ def test_a_file_that_is_not_a_results_file_is_never_overwritten(tmp_path, merge)
     assert notes.read_text() == "meeting notes, not a cache\n"
 
 
-def test_hits_are_dumped_too_and_an_empty_run_writes_an_empty_file(tmp_path):
+def test_hits_are_dumped_too_and_an_empty_run_keeps_the_file(tmp_path):
     committed = tmp_path / "committed.textproto"
     save_results(committed, [fake_tune(make_key(problem={"M": m})) for m in (1, 2, 3)])
     dump = tmp_path / "dump.textproto"
@@ -81,8 +81,12 @@ def test_hits_are_dumped_too_and_an_empty_run_writes_an_empty_file(tmp_path):
     assert cache.lookup(make_key(problem={"M": 2})) is not None
     cache.close()
     assert problems(dump) == [("M=2", "src1")]  # only what this run used
+    # A run that used no kernel owns no device: it keeps the file as it is.
     dump_run(dump, [])
-    assert load_results(dump) == []
+    assert problems(dump) == [("M=2", "src1")]
+    # To a new path, an empty run writes an empty results file.
+    dump_run(tmp_path / "new.textproto", [])
+    assert load_results(tmp_path / "new.textproto") == []
 
 
 def test_a_process_nested_in_a_run_adds_to_it(tmp_path):

@@ -123,7 +123,7 @@ def test_record_never_waits_for_the_dump_lock_another_run_holds(tmp_path):
 import time
 from pathlib import Path
 from autotune_cache.store.dumpfile import DumpFile
-with DumpFile(Path({str(dump)!r}), merge=True)._merge_lock():
+with DumpFile(Path({str(dump)!r}), merge=True)._file_lock():
     print("held", flush=True)
     while not Path({str(release)!r}).exists():
         time.sleep(0.05)
