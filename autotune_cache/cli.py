@@ -46,7 +46,8 @@ EXIT_STATUSES = {
                        "damaged entries, `merge` found conflicts, `convert` skipped damaged "
                        "entries",
     EXIT_BAD_INPUT: "bad input: a wrong option, or a path that is missing, unreadable or not a "
-                    "results file; nothing was written",
+                    "results file (for `verify`: missing or unreadable; a damaged file is 1), or "
+                    "criteria that `prune` refuses; nothing was written",
     EXIT_BROKEN_PIPE: "the reader of stdout went away (`| head`); quietly, without a traceback",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); files are written whole or not at all",
 }
@@ -66,6 +67,21 @@ def _row_json(row: Row, **extra: Any) -> dict[str, Any]:
     return {**{k: v for k, v in row.__dict__.items() if k != "payload"}, **extra}
 
 
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (`\\n`, `\\x1b`), so that a file name, a
+    kernel name or a message can never start a line of its own, move the cursor or recolour the
+    terminal: a name with a newline in it cannot forge an `ok` verdict or a table row."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def write_target(path: Path) -> Path:
+    """Where to write `path`: a symbolic link to a file is written through, as the dump writes
+    one (its target is replaced, the link stays); anything else is written as named."""
+    if not is_directory_path(path) and path.is_symlink():
+        return Path(os.path.realpath(path))
+    return path
+
+
 def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
     files = []
     damaged = False
@@ -83,24 +99,25 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
             "per_device": dict(by_device), "per_toolchain": dict(by_toolchain),
             "problems": problems,
         })
-        out.line(f"{path} ({rs.format_name}): {len(rows)} entries")
+        out.line(one_line(f"{path} ({rs.format_name}): {len(rows)} entries"))
         if rows:
             table = [["KERNEL", "PROBLEM", "DEVICE", "TOOLCHAIN", "CONFIG", "TIME_MS", "LIVE"]]
-            table += [[r.kernel, r.problem, r.device, r.toolchain, r.config, _fmt_time(r.time_ms),
-                       "superseded" if r.id in old else "live"] for r in rows]
+            table += [[*map(one_line, (r.kernel, r.problem, r.device, r.toolchain, r.config)),
+                       _fmt_time(r.time_ms), "superseded" if r.id in old else "live"]
+                      for r in rows]
             out.line(_table(table))
             out.line("LIVE: `live` is the newest entry for its kernel, problem, device and "
                      "toolchain; `superseded` an older one (prune --superseded drops them)")
         if old:
-            out.line(f"{len(old)} entries are superseded by newer ones for the same kernel, "
-                     f"problem, device and toolchain; drop them with: autotune-cache prune "
-                     f"--superseded {path}")
+            out.line(one_line(f"{len(old)} entries are superseded by newer ones for the same "
+                              f"kernel, problem, device and toolchain; drop them with: "
+                              f"autotune-cache prune --superseded {path}"))
         for title, counts in (("device", by_device), ("toolchain", by_toolchain)):
             out.line(f"per {title}:")
             for name, n in sorted(counts.items()):
-                out.line(f"  {n:5d}  {name or '(none)'}")
+                out.line(f"  {n:5d}  {one_line(name or '(none)')}")
         for problem in problems:
-            out.line(f"DAMAGED: {problem}")
+            out.line(one_line(f"DAMAGED: {problem}"))
     out.set(files=files)
     return EXIT_CHECK_FAILED if damaged else EXIT_OK
 
@@ -120,7 +137,7 @@ def cmd_convert(args: argparse.Namespace, out: Out) -> int:
     before: set[str] = set()
     if into_dir and args.dst.is_dir() and any(args.dst.iterdir()):
         before = {r.id for r in load_any(args.dst).rows()}
-    rs.save(args.dst)
+    rs.save(write_target(args.dst))
     kind = "directory" if into_dir else "file"
     written = len(rs.rows())
     replaced = len(before & {r.id for r in rs.rows()})
@@ -145,7 +162,7 @@ def cmd_merge(args: argparse.Namespace, out: Out) -> int:
         out.note("merge: conflicting entries (use --on-conflict=newest or fastest):")
         out.note("\n".join(outcome.conflicts))
         return EXIT_CHECK_FAILED
-    outcome.result.save(args.output)
+    outcome.result.save(write_target(args.output))
     out.set(written=outcome.count)
     out.line(f"wrote {outcome.count} entries to {args.output}")
     return EXIT_OK
@@ -168,14 +185,16 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     for kind, o, r in pairs:
         where = f"{r.kernel} [{r.problem}] on {r.device}"
         if o is None:
-            out.line(f"+ {where} ({r.toolchain}): {r.config}")
+            out.line(one_line(f"+ {where} ({r.toolchain}): {r.config}"))
         elif kind == "winner changed":
-            out.line(f"~ {where}: winner {o.config} -> {r.config} "
-                     f"({_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms)")
+            out.line(one_line(f"~ {where}: winner {o.config} -> {r.config} "
+                              f"({_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms)"))
         elif kind == "re-timed":
-            out.line(f"~ {where}: re-timed {_fmt_time(o.time_ms)} -> {_fmt_time(r.time_ms)} ms")
+            out.line(one_line(f"~ {where}: re-timed {_fmt_time(o.time_ms)} -> "
+                              f"{_fmt_time(r.time_ms)} ms"))
     for r in removed:
-        out.line(f"- {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): {r.config}")
+        out.line(one_line(f"- {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): "
+                          f"{r.config}"))
     line = change_counts(counts)
     if rekeyed:
         line += (f"; {len(rekeyed)} under a new key (candidate list, kernel source or "
@@ -193,16 +212,25 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     return EXIT_CHECK_FAILED if differ or removed else EXIT_OK
 
 
-_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_UNIT = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)(min|[smhdw])$")
 
 
 def parse_age(text: str) -> float:
-    """Seconds in an age such as 90m, 12h or 30d."""
+    """Seconds in an age such as 90m or 90min (minutes: `m` is never months), 12h or 30d."""
     m = _AGE.match(text)
     if not m:
-        raise argparse.ArgumentTypeError(f"--older-than={text}: use a number and s, m, h, d or w")
+        raise argparse.ArgumentTypeError(
+            f"--older-than={text}: use a number and s (seconds), m or min (minutes), h (hours), "
+            "d (days) or w (weeks)")
     return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def _empty_refusal(path: Path, count: int) -> str:
+    return (f"prune: these criteria remove all {count} entries of {path}, which would leave it "
+            "empty; nothing was changed. --keep-device and --keep-toolchain match text within "
+            "the recorded names (`autotune-cache inspect` shows them); pass --allow-empty if "
+            "an empty file is what you mean.")
 
 
 def cmd_prune(args: argparse.Namespace, out: Out) -> int:
@@ -215,14 +243,14 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
                       keep_toolchain=args.keep_toolchain, older_than=args.older_than,
                       now=time.time(), superseded=args.superseded)
     verb = "would remove" if args.dry_run else "removed"
-    if plan.drop and not plan.keep and not args.allow_empty and not args.dry_run:
-        raise AutotuneCacheError(
-            f"prune: these criteria remove all {len(plan.drop)} entries of {args.path}, which "
-            "would leave it empty; nothing was changed. Check the criteria with --dry-run "
-            "(--keep-device and --keep-toolchain match text within the recorded names), or "
-            "pass --allow-empty if that is what you mean.")
+    refused = bool(plan.drop) and not plan.keep and not args.allow_empty
+    if refused and not args.dry_run:
+        raise AutotuneCacheError(_empty_refusal(args.path, len(plan.drop)))
     for row, reasons in plan.drop:
-        out.line(f"{verb} {row.kernel} [{row.problem}] on {row.device} ({', '.join(reasons)})")
+        out.line(one_line(f"{verb} {row.kernel} [{row.problem}] on {row.device} "
+                          f"({', '.join(reasons)})"))
+    if refused:  # a dry run lists what the criteria match, then gives the real run's refusal
+        raise AutotuneCacheError(_empty_refusal(args.path, len(plan.drop)))
     if plan.unknown_device:
         out.note(f"prune: kept {plan.unknown_device} entries whose device is not recorded in "
                  f"{args.path}; --keep-device cannot judge them")
@@ -244,21 +272,20 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-def one_line(text: str) -> str:
-    """`text` with its control characters escaped (`\\n`, `\\x1b`), so that a file name or a
-    message can never start a line of its own: a name with a newline in it cannot forge an
-    `ok` verdict under another name."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
 def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     results = []
+    bad_input = False  # a path that is missing or cannot be read: exit 2, as for every verb
     for path in args.paths:
         try:
+            if not os.path.exists(path):  # also a dangling link, a loop, a denied parent
+                raise FileNotFoundError(f"{path}: no such file or directory (or not reachable)")
             rs = load_any(path)
         except (AutotuneCacheError, OSError) as e:
+            unreadable = isinstance(e, OSError) or not (path.is_file() or path.is_dir())
+            bad_input |= unreadable
             out.line(one_line(f"FAIL {path}: {e}"))
-            results.append({"path": str(path), "ok": False, "error": str(e)})
+            results.append({"path": str(path), "ok": False, "error": str(e),
+                            "bad_input": unreadable})
             continue
         problems = rs.problems()
         for p in problems:
@@ -268,6 +295,8 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
         results.append({"path": str(path), "ok": not problems, "format": rs.format_name,
                         "entries": len(rs.rows()), "problems": problems})
     out.set(files=results)
+    if bad_input:
+        return EXIT_BAD_INPUT
     return EXIT_CHECK_FAILED if not all(r["ok"] for r in results) else EXIT_OK
 
 
@@ -320,16 +349,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep entries whose device contains this text (repeatable)")
     s.add_argument("--keep-toolchain", action="append", default=[],
                    help="keep entries whose toolchain contains this text, e.g. triton=3.6.0")
-    s.add_argument("--older-than", type=parse_age, default=None, help="drop entries tuned "
-                   "longer ago than this (90m, 12h, 30d); entries without a date are kept")
+    s.add_argument("--older-than", type=parse_age, default=None, metavar="AGE",
+                   help="drop entries tuned longer ago than this: a number and s, m or min "
+                        "(minutes, never months), h, d or w (90m, 90min, 12h, 30d, 2w); entries "
+                        "without a date are kept")
     s.add_argument("--superseded", action="store_true", help="drop entries superseded by a newer "
                    "one for the same kernel, problem, device and toolchain (inspect marks them)")
     s.add_argument("--dry-run", action="store_true",
-                   help="say what would be removed, and change nothing")
+                   help="say what would be removed, and change nothing; criteria that would "
+                        "empty the file are refused as in the real run (exit 2)")
     s.add_argument("--allow-empty", action="store_true",
                    help="let the criteria remove every entry (refused without it: an empty "
                         "committed cache is almost always a mistaken criterion)")
-    s = add_verb(sub, "verify", cmd_verify, "parse, check versions, report damaged files",
+    s = add_verb(sub, "verify", cmd_verify, "parse, check versions, report damaged files (exit "
+                 "1; a path that is missing or unreadable: exit 2)",
                  "autotune-cache verify kernels/*.autotune.textproto")
     s.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                    help="results files or cache directories to check")

@@ -225,9 +225,10 @@ def test_every_verb_speaks_json_with_its_exit_status(cache_file, tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert [r["device"] for r in doc["removed"]] == ["cpu-interpreter / interpreter"]
     assert doc["new"] == [] and doc["changed"] == [] and doc["counts"]["unchanged"] >= 1
-    assert main(["verify", str(tmp_path / "missing.textproto"), "--json"]) == 1
+    assert main(["verify", str(tmp_path / "missing.textproto"), "--json"]) == 2
     (entry,) = json.loads(capsys.readouterr().out)["files"]
     assert entry["ok"] is False and "missing.textproto" in entry["error"]
+    assert entry["bad_input"] is True
 
 
 def test_bad_input_is_exit_2_with_a_json_error(tmp_path, capsys):
@@ -282,3 +283,101 @@ def test_the_reference_states_the_exit_statuses_the_cli_uses():
     reference = (Path(__file__).parents[2] / "docs" / "reference.md").read_text()
     for code, meaning in EXIT_STATUSES.items():
         assert f"| {code} | {meaning.split(' (`')[0].split('`|')[0][:40]}" in reference, code
+
+
+def test_verify_on_a_missing_path_exits_2_as_its_help_table_says(cache_file, tmp_path, capsys):
+    """Issue 52: `verify` exited 1 on a missing path while `--help` said 2 (bad input). A
+    missing path is bad input, also beside a good file; a damaged file is the check failing."""
+    missing = tmp_path / "missing.textproto"
+    assert main(["verify", str(cache_file), str(missing)]) == 2
+    out = capsys.readouterr().out
+    assert f"FAIL {missing}" in out and f"ok {cache_file}" in out
+    damaged = tmp_path / "damaged.textproto"
+    damaged.write_text("version: 1\nentries { key {")
+    assert main(["verify", str(damaged)]) == 1
+    assert main(["verify", str(damaged), str(missing)]) == 2
+    dangling = tmp_path / "dangling.textproto"
+    dangling.symlink_to(tmp_path / "nowhere.textproto")
+    assert main(["verify", str(dangling)]) == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    table = " ".join(capsys.readouterr().out.split())
+    assert "2 bad input: a wrong option, or a path that is missing" in table
+    assert "for `verify`: missing or unreadable; a damaged file is 1" in table
+
+
+def test_a_dry_run_that_would_empty_the_file_is_refused_like_the_real_run(cache_file, capsys):
+    """Issue 52: the dry run exited 0 and the real run was then refused. Both refuse now, with
+    the same message; the dry run first lists what the criteria match."""
+    before = cache_file.read_bytes()
+    assert main(["prune", str(cache_file), "--keep-device=A100", "--dry-run"]) == 2
+    dry = capsys.readouterr()
+    assert dry.out.count("would remove matmul") == 3
+    assert main(["prune", str(cache_file), "--keep-device=A100"]) == 2
+    real = capsys.readouterr()
+    assert "which would leave it empty; nothing was changed" in real.err
+    assert dry.err == real.err and cache_file.read_bytes() == before
+    assert main(["prune", str(cache_file), "--keep-device=A100", "--dry-run", "--allow-empty"]) \
+        == 0
+    assert "would remove 3 entries" in capsys.readouterr().out
+    assert main(["prune", str(cache_file), "--keep-device=A100", "--dry-run", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit"] == 2 and "leave it empty" in doc["error"]
+
+
+@pytest.mark.parametrize(("age", "seconds"), [("90m", 5400), ("90min", 5400), ("1.5h", 5400),
+                                               ("30s", 30), ("2d", 172800), ("1w", 604800)])
+def test_older_than_reads_m_and_min_as_minutes(age, seconds):
+    from autotune_cache.cli import parse_age
+
+    assert parse_age(age) == seconds
+
+
+def test_older_than_help_says_m_means_minutes(capsys):
+    with pytest.raises(SystemExit):
+        main(["prune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "m or min (minutes, never months)" in text
+    with pytest.raises(SystemExit):
+        main(["prune", "x.textproto", "--older-than=1mo"])
+    assert "m or min (minutes)" in capsys.readouterr().err
+
+
+def test_inspect_and_diff_escape_control_characters_in_names(tmp_path, capsys):
+    """Issue 52: a kernel name from a shared file holding ESC, CR or a newline could forge a
+    line of `inspect`'s table or `diff`'s report, or drive the terminal. Each is escaped."""
+    hostile = "evil\x1b[2K\rok_kernel\n+ forged [M=1] on H200"
+    a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    save_results(a, [fake_tune(make_key())])
+    save_results(b, [fake_tune(make_key(kernel=hostile, toolchain={"triton": "3.6\n0"}))])
+    assert main(["inspect", str(b)]) == 0
+    inspect_out = capsys.readouterr().out
+    assert main(["diff", str(a), str(b)]) == 1
+    diff_out = capsys.readouterr().out
+    for out in (inspect_out, diff_out):
+        assert "\x1b" not in out and "\r" not in out, out
+        assert "evil\\x1b[2K\\rok_kernel\\n+ forged" in out
+        assert not any(line.startswith(("+ forged", "ok_kernel")) for line in out.splitlines())
+    assert "triton=3.6\\n0" in inspect_out
+    assert len([line for line in diff_out.splitlines() if line.startswith("+ ")]) == 1
+    assert main(["inspect", "--json", str(b)]) == 0  # JSON keeps the name as it is
+    (report,) = json.loads(capsys.readouterr().out)["files"]
+    assert report["entries"][0]["kernel"] == hostile
+
+
+@pytest.mark.parametrize("verb", ["merge", "convert"])
+def test_writing_onto_a_symlink_writes_through_it(verb, cache_file, tmp_path):
+    """Issue 52: `merge -o` and `convert` replaced a symbolic link with a file; the dump writes
+    through one. Both write through now: the link stays and its target gets the entries."""
+    target = tmp_path / "store" / "real.textproto"
+    target.parent.mkdir()
+    save_results(target, H200_ENTRIES[:1])
+    link = tmp_path / "linked.textproto"
+    link.symlink_to(target)
+    argv = (["merge", str(cache_file), str(link), "-o", str(link), "--on-conflict=newest"]
+            if verb == "merge" else ["convert", str(cache_file), str(link)])
+    assert main(argv) == 0
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert len(load_results(target)) == 3
+    assert load_results(link) == load_results(target)
