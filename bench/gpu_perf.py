@@ -9,8 +9,8 @@ process (the three shapes' first and second calls), "wall" the whole process.
 
   C   cold tuning, empty compile cache: triton.autotune(cache_results=True) vs ours (dumping
       the results file the later runs load). Target: ours <= 0.20x of Triton.
-  D   quality of C's winners, with the compile cache C left (bench/triton_quality.py): each
-      tuner's pick against the fastest in two regimes, each the median of 5 interleaved
+  D   quality of C's winners, with the compile cache C left (the workload's --quality):
+      each tuner's pick against the fastest in two regimes, each the median of 5 interleaved
       rounds: bursts (do_bench warmup 10 ms, rep 25 ms, each after 0.1 s idle: below the power
       cap) over the best of a back-to-back screen of every candidate, and sustained load
       (25 / 100 ms, back to back: at the cap) over the best 6 of the bursts. A pick's D is its
@@ -25,15 +25,15 @@ process (the three shapes' first and second calls), "wall" the whole process.
   B   both caches warm: triton.autotune(cache_results=True) again on C's compile cache vs ours
       loading the results again on A's compile cache.
       Target: ours <= 1.1x.
-  E   hit path of a launch-bound 1024-element add (bench/triton_launch_overhead.py): us per
-      launch, ours and triton.autotune vs plain @triton.jit. Target: ours <= 1.10x.
+  E   hit path of a launch-bound 1024-element add (the workload's --launch-overhead): us
+      per launch, ours and triton.autotune vs plain @triton.jit. Target: ours <= 1.10x.
   R   repeatability (bench/tuning_repeatability.py --shape all): every shape tuned
       --r-tunings times (default 6) by ours and by triton.autotune, fresh each time, in one
       process; each tuner's agreement is how many tunings picked its most frequent pick, and
       each pick is re-timed against the fastest. Target: ours the same pick at least 5 of 6
       times on every shape (Triton's beside it). About 3 minutes on the H200; --skip-r.
 
-A2 needs a Redis server and client: a `redis-server` (bench/redis_local.py says where it is
+A2 needs a Redis server and client: a `redis-server` (find_redis_binary says where it is
 looked for: --redis-server, PATH, or carried in .whl/), and `redis` importable or as a wheel in
 .whl/. Writes OUT_DIR/gpu_perf.json, OUT_DIR/gpu_perf.md and
 OUT_DIR/gpu_perf_logs.txt (every child's output; OUT_DIR/gpu_perf_partial.json holds each
@@ -45,19 +45,21 @@ reported as such): CI checks that the script works, never its numbers.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import profiling  # noqa: E402  (bench/ is not a package)
-import redis_local  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -70,12 +72,120 @@ TARGETS = {"C": "<= 0.20x", "D": "<= 3 % in both regimes", "A": ">= 30x, <= 1.3x
 R_TIMEOUT_S = 540  # every shape's tunings and re-timing in one child (about 180 s on the H200)
 
 
+# ----- helpers shared with bench/suite_perf.py ----------------------------------------------------
+#
+# `--profile`: each child of a benchmark run under py-spy, for where a missed target's time went.
+#
+# `py-spy record` samples every thread of the child (`--threads`), waiting ones too (`--idle`,
+# so a launch blocked on a compile shows as the wait it is), 100 times a second, and writes
+# collapsed stacks (`--format raw`: one line per distinct stack, with its sample count) that
+# `summarize` reads back. Sampling costs the child little, but a profiled run is for finding
+# where time goes, not for the reported figures. py-spy comes from PyPI (`py-spy`), on PATH or
+# as a wheel carried in `.whl/` (the carried files of docs/benchmarks.md's "Machines").
+
+RATE_HZ = 100
+
+
+def py_spy(work: Path) -> str:
+    """The py-spy binary: on PATH, else installed from a carried wheel into `work`."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    wheels = sorted((ROOT / ".whl").rglob("py_spy-*.whl"))
+    if not wheels:
+        raise SystemExit("--profile needs py-spy: `pip install py-spy`, or carry its wheel "
+                         "in .whl/ (python3 -m pip download --no-deps py-spy -d .whl/tools)")
+    target = work / "py-spy"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--target", str(target), str(wheels[-1])], check=True)
+    return str(target / "bin" / "py-spy")
+
+
+def py_spy_wrap(binary: str, cmd: list[str], out: Path) -> list[str]:
+    """`cmd` run under py-spy, its profile written to `out`."""
+    return [binary, "record", "--format", "raw", "--threads", "--idle", "--rate", str(RATE_HZ),
+            "--output", str(out), "--", *cmd]
+
+
+def summarize(profile: Path, top: int = 25) -> list[tuple[str, float]]:
+    """The `top` functions by inclusive seconds summed over threads: (frame, seconds)."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    for line in profile.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        for frame in set(stack.split(";")):
+            inclusive[frame] += int(count)
+    return [(frame, n / RATE_HZ) for frame, n in inclusive.most_common(top)]
+
+
+# A real, throwaway `redis-server` for the benchmarks' shared-tier scenarios (gpu_perf's A2,
+# suite_perf's S-fill / S-shared).
+#
+# The GPU machine has no network, so the binary is carried: `--redis-server PATH` (a `lib/`
+# folder beside it holds the libraries it links, as Debian's `redis-server` needs off its own
+# system), else `redis-server` on PATH, else a `.whl/redis/redis-server`, else the binary inside a
+# carried PyPI `redis_server` wheel in `.whl/`.
+
+
+def find_redis_binary(given: str | None, work: Path) -> str | None:
+    """The redis-server to run (see the section's comment), or None when there is none."""
+    if given:
+        return given
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    carried = ROOT / ".whl" / "redis" / "redis-server"
+    if carried.is_file():
+        return str(carried)
+    wheels = sorted((ROOT / ".whl").glob("redis_server-*.whl"))
+    if not wheels:
+        return None
+    with zipfile.ZipFile(wheels[-1]) as z:
+        z.extract("redis_server/bin/redis-server", work)
+    binary = work / "redis_server" / "bin" / "redis-server"
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    return str(binary)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(binary: str, work: Path) -> Iterator[str]:
+    """A real redis-server on a free port, no persistence, for the duration; yields its URL."""
+    port = _free_port()
+    env = dict(os.environ)
+    libs = Path(binary).resolve().parent / "lib"
+    if libs.is_dir():  # a carried binary with the libraries it needs beside it
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs),
+                                                                env.get("LD_LIBRARY_PATH")]))
+    proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(work)], stdout=subprocess.DEVNULL, env=env)
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode}")
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"redis-server did not listen on port {port} within 10 s")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 class Runner:
     """Runs children, appending everything they print to one log file."""
 
     def __init__(self, log: Path, smoke: bool, pythonpath: list[str],
                  partial_path: Path | None = None) -> None:
-        # --profile: the children's labels to run under py-spy (bench/profiling.py), and its
+        # --profile: the children's labels to run under py-spy (py_spy_wrap below), and its
         # binary; the profiles land beside the log as profile-<label>.txt.
         self.profile: set[str] = set()
         self.py_spy = ""
@@ -104,7 +214,7 @@ class Runner:
             timeout: float = CHILD_TIMEOUT_S) -> dict:
         """One child; its RESULT line plus wall seconds and exit status."""
         if label in self.profile:
-            cmd = profiling.wrap(self.py_spy, cmd,
+            cmd = py_spy_wrap(self.py_spy, cmd,
                                  self.log.parent / f"profile-{label.replace(' ', '_')}.txt")
         started = time.perf_counter()
         try:
@@ -181,11 +291,11 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
                                        "--results", str(results_file))
     if not args.skip_a2:
         print("== A2: warm shared compile cache (Redis)", flush=True)
-        binary = redis_local.find_binary(args.redis_server, work)
+        binary = find_redis_binary(args.redis_server, work)
         if binary is None:
             out["a2_error"] = "no redis-server (--redis-server, PATH or .whl/)"
         else:
-            with redis_local.redis_server(binary, work) as url:
+            with redis_server(binary, work) as url:
                 remote = f"{load} --autotune_remote_cache={url} --autotune_remote_compile_cache"
                 out["a2_fill"] = run.workload("A2 fill", "ours", remote, fresh("a2-fill"))
                 out["ours_shared"] = run.workload("A2 ours", "ours", remote, fresh("a2"))
@@ -201,7 +311,7 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
     out["ours_warm"] = run.workload("B ours", "ours", load, tc_a)
     print("== E: hit path of a tiny kernel", flush=True)
     out["launch"] = run.run("E launch", [
-        sys.executable, str(BENCH / "triton_launch_overhead.py"),
+        sys.executable, str(BENCH / "triton_matmul_workload.py"), "--launch-overhead",
         "--launches", "5" if args.smoke else "5000", "--reps", "2" if args.smoke else "21"],
         run.env("", fresh("launch")))
     if not args.skip_quality:
@@ -212,7 +322,8 @@ def scenarios(run: Runner, work: Path, args: argparse.Namespace) -> dict:
         winners_file = work / "winners.json"
         winners_file.write_text(json.dumps(winners))
         out["quality"] = run.run("D quality", [
-            sys.executable, str(BENCH / "triton_quality.py"), "--winners", str(winners_file),
+            sys.executable, str(BENCH / "triton_matmul_workload.py"), "--quality",
+            str(winners_file),
             "--runs", "1" if args.smoke else "5", "--rep", "5" if args.smoke else "25",
             *(["--sustained-warmup", "1", "--sustained-rep", "5", "--sustained-top", "2"]
               if args.smoke else [])],
@@ -339,7 +450,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     parser.add_argument("--profile", default="", metavar="LABELS",
                         help="comma-separated children to run under py-spy, as the log names "
-                        "them (e.g. 'C ours,A ours'): bench/profiling.py")
+                        "them (e.g. 'C ours,A ours'): py_spy_wrap")
     parser.add_argument("--redis-server", default=None,
                         help="redis-server binary for A2 (default: PATH, then .whl/; "
                         "a lib/ beside it is used)")
@@ -372,7 +483,7 @@ def main() -> int:
     run = Runner(log, args.smoke, pythonpath, out_dir / "gpu_perf_partial.json")
     run.profile = {label.strip() for label in args.profile.split(",") if label.strip()}
     if run.profile:
-        run.py_spy = profiling.py_spy(work)
+        run.py_spy = py_spy(work)
     raw = scenarios(run, work, args)
     summary = summarise(raw)
     result = {"env": env_report, "summary": summary, "raw": raw,

@@ -75,8 +75,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import profiling  # noqa: E402  (bench/ is not a package)
-import redis_local  # noqa: E402
+# bench/ is not a package: gpu_perf's py-spy wrapper (--profile) and throwaway redis-server.
+from gpu_perf import find_redis_binary, py_spy, py_spy_wrap, redis_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -174,7 +174,7 @@ class Runner:
         self.log.write_text("")
         self.plugin_args = ([] if _has_entry_point_plugin()
                             else ["-p", "autotune_cache.pytest_plugin"])
-        # --profile: the passes to run under py-spy (bench/profiling.py), and its binary.
+        # --profile: the passes to run under py-spy (gpu_perf's py_spy_wrap), and its binary.
         self.profile: set[str] = set()
         self.py_spy = ""
         # --autotune-flags: AUTOTUNE_FLAGS every S pass gets after its own (an A/B of a flag).
@@ -212,7 +212,7 @@ class Runner:
             p.flags = " ".join(filter(None, [p.flags, self.extra_flags]))  # in the raw record
         env = self.env(p, cache_dir)
         if p.name in self.profile:
-            cmd = profiling.wrap(self.py_spy, cmd, self.out / f"profile-{p.name}.txt")
+            cmd = py_spy_wrap(self.py_spy, cmd, self.out / f"profile-{p.name}.txt")
         env["SUITE_PROBE_T0"] = repr(time.time())
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=self.tests_root, env=env, stdout=subprocess.PIPE,
@@ -271,7 +271,7 @@ def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> di
             for n in ("S-fill", "S-shared"):
                 passes[n] = Pass(n, [], skipped="no redis-server (--redis-server, PATH or .whl/)")
         else:
-            with redis_local.redis_server(redis_binary, work) as url:
+            with redis_server(redis_binary, work) as url:
                 flags = f"--autotune_remote_cache={url} --autotune_remote_compile_cache"
                 for n in ("S-fill", "S-shared"):
                     passes[n] = runner.run(Pass(n, list(load), flags=flags), caches[n])
@@ -651,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for the whole run: a pass that would end later is cut to "
                              "fit, and passes not started are reported as skipped")
     parser.add_argument("--profile", default="", metavar="PASSES",
-                        help="comma-separated passes to run under py-spy (bench/profiling.py)")
+                        help="comma-separated passes to run under py-spy (gpu_perf.py's "
+                        "py_spy_wrap)")
     parser.add_argument("--redis-server", default=None,
                         help="redis-server binary (default: PATH, then .whl/); a lib/ beside "
                         "it is used")
@@ -685,8 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     runner.profile = {n.strip() for n in args.profile.split(",") if n.strip()}
     runner.extra_flags = args.autotune_flags.strip()
     if runner.profile:
-        runner.py_spy = profiling.py_spy(work)
-    redis_binary = redis_local.find_binary(args.redis_server, work)
+        runner.py_spy = py_spy(work)
+    redis_binary = find_redis_binary(args.redis_server, work)
     passes = run_passes(runner, names, redis_binary)
     print(write(args.out, suite, passes, machine(), args.smoke))
     shutil.rmtree(work, ignore_errors=True)

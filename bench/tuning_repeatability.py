@@ -146,7 +146,7 @@ def agreement(picks: list[str]) -> int:
 
 def measure(shape: tuple[int, int, int], args: argparse.Namespace, tuners: list[str],
             scratch: Path) -> dict:
-    launch = w.operands(*shape, seed=sum(shape))  # (grid, arguments): triton_quality's operands
+    launch = w.operands(*shape, seed=sum(shape))  # (grid, arguments): --quality's operands
     picks, seconds, errors = tune_repeatedly(shape, launch, tuners, args.tunings, scratch)
     timed = {} if w.INTERPRET else retime(launch, picks, args.rounds, args.regimes)
     careful = timed.get("careful_ms", {})

@@ -118,25 +118,3 @@ def test_power_gap_smoke(tmp_path, heat, heat_ms):
     rows = table_rows((out / "power_gap.md").read_text())
     assert [r[0] for r in rows] == ["gap s", "0", "0.01"]
 
-
-def test_compile_parallelism_smoke(tmp_path):
-    """Real compiles for sm_90 with Triton's bundled ptxas, no GPU needed: one thread, then two
-    threads and two spawned processes, then the product's compile pool of two threads without
-    and with the compile helper, each into its own cache dir."""
-    out = tmp_path / "out"
-    run("compile_parallelism.py", out, tmp_path)
-    result = json.loads((out / "compile_parallelism.json").read_text())
-    assert result["candidates"] == 2
-    modes = [(r["mode"], r["workers"]) for r in result["rows"]]
-    assert modes == [("threads", 1), ("threads", 2), ("processes", 2), ("pool", 2),
-                     ("pool, helper", 2)]
-    assert result["rows"][0]["speedup"] == 1.0
-    processes = result["rows"][2]
-    assert processes["processes"] == 2 and processes["start_s"] > 0
-    assert all(r["compile_s"] > 0 and r["each_s"] > 0 for r in result["rows"])
-    # Without the helper the pool's threads compile; with it, forked processes do what the
-    # pool's threads take (a candidate the waiting thread reaches first, it compiles itself).
-    pool, helper = result["rows"][3:]
-    assert pool["helper_compiles"] == 0 and 0 <= helper["helper_compiles"] <= 2
-    rows = table_rows((out / "compile_parallelism.md").read_text())
-    assert rows[0][0] == "mode" and len(rows) == 6

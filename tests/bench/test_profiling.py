@@ -1,4 +1,4 @@
-"""bench/profiling.py: the py-spy wrapper behind the benchmarks' --profile, and its summary."""
+"""bench/gpu_perf.py's py-spy wrapper behind the benchmarks' --profile, and its summary."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import profiling  # noqa: E402
+import gpu_perf  # noqa: E402
 
 
 def test_a_profiled_child_runs_under_py_spy_sampling_every_thread_idle_ones_too(
         tmp_path: Path) -> None:
-    cmd = profiling.wrap("/opt/py-spy", ["python3", "w.py", "--tuner", "ours"],
+    cmd = gpu_perf.py_spy_wrap("/opt/py-spy", ["python3", "w.py", "--tuner", "ours"],
                          tmp_path / "p.txt")
     assert cmd[:2] == ["/opt/py-spy", "record"]
     assert {"--threads", "--idle", "--format"} <= set(cmd)
@@ -28,6 +28,6 @@ def test_the_summary_counts_a_frame_once_per_sample_and_ranks_by_inclusive_time(
                        "main;tune;compile 100\n"
                        "main;f;f 50\n"          # recursion: f counts once per sample
                        "garbage line\n")
-    rows = dict(profiling.summarize(profile, top=4))
+    rows = dict(gpu_perf.summarize(profile, top=4))
     assert rows == {"main": 4.5, "tune": 4.0, "bench": 3.0, "compile": 1.0}
-    assert profiling.summarize(profile, top=10)[-1] == ("f", 0.5)
+    assert gpu_perf.summarize(profile, top=10)[-1] == ("f", 0.5)

@@ -67,7 +67,7 @@ def test_dump_commands_are_the_macros() -> None:
     assert env["AUTOTUNE_REGEN_HINT"] == "bazel run //examples/triton:matmul_test.regen"
     assert env["TEST_UNDECLARED_OUTPUTS_DIR"] == "/o"
     assert "CUDA_VISIBLE_DEVICES" not in env  # the pin wrapper sets it, per job
-    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(bench.OBSERVER_DIR), str(ROOT)]
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(bench.observer_dir()), str(ROOT)]
     env = bench.dump_env(xla, base, Path("/o"), Path("/t"), xla.cache, functions)
     assert env["XLA_FLAGS"] == (
         "--xla_gpu_load_autotune_results_from=examples/jax/matmul_chain_test.autotune.textproto "
