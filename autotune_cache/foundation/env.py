@@ -2,10 +2,11 @@
 
 Every environment variable the library reacts to is listed in `VARIABLES` (from which
 docs/reference.md's table is generated) and read here, by name, when it is needed, never copied at
-import time: `monkeypatch.setenv` works, and `use(mapping)` swaps in a whole environment. Besides
-this module only `flags` (given a mapping from here) and the Bazel-facing entry points
-(rules/private/rules_autotune_test_wrapper.py, autotune_cache/xla/jax_test_helper.py) read the
-environment; tests/core/test_layering.py checks it.
+import time: `monkeypatch.setenv` works, and `use(mapping)` swaps in a whole environment. No
+other module of autotune_cache/ reads `os.environ` or `os.getenv`: `flags` and the JAX helper take
+the mapping `environ()` returns (only the Bazel test wrapper, rules/private/, and the `.pth`
+start-up hook, which run before the library is imported, read it themselves);
+tests/core/test_structure.py checks it.
 """
 
 from __future__ import annotations

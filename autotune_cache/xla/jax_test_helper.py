@@ -20,7 +20,6 @@ command from AUTOTUNE_REGEN_HINT that regenerates the committed cache.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
@@ -31,7 +30,7 @@ from typing import TypeVar
 
 from autotune_cache.config.flags import OUTPUTS_PREFIX, WORKSPACE_PREFIX, regen_hint, resolve_path
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
-from autotune_cache.foundation.env import parse_bool
+from autotune_cache.foundation.env import environ, parse_bool
 
 XLA_FLAGS_ENV = "XLA_FLAGS"
 DUMP_FLAG = "xla_gpu_dump_autotune_results_to"
@@ -92,7 +91,7 @@ def parse_xla_flags(value: str) -> XlaAutotuneFlags:
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    return os.environ if env is None else env
+    return environ() if env is None else env
 
 
 def resolved(value: str, flag: str, env: Mapping[str, str], *, create_parent: bool) -> Path:
