@@ -95,7 +95,7 @@ def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str
     """The plugin options equivalent to the twinned flags of an AUTOTUNE_FLAGS string.
 
     For a wrapper that runs pytest under Bazel (the autotuned_py_test macro passes its flags in
-    AUTOTUNE_FLAGS): `pytest.main([*args_from_flags(os.environ.get("AUTOTUNE_FLAGS", "")), ...])`
+    AUTOTUNE_FLAGS): `pytest.main([*args_from_flags(<the value of AUTOTUNE_FLAGS>), ...])`
     turns the plugin on with the same settings. AUTOTUNE_FLAGS may stay set: options that repeat
     its values do not conflict. Flags without a twin are left to AUTOTUNE_FLAGS. A malformed
     string raises FlagError with parse_flags' message (paths are resolved against `env`).
