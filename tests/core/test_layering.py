@@ -1,4 +1,5 @@
-"""The package's import graph: one-way layers, no cycle, and the environment read in one place.
+"""The package's import graph: one-way layers and no cycle (tests/core/test_structure.py checks
+the sizes, the environment read in one place and the fork handler).
 
 docs/architecture.md shows the same order. The graph is read from the source (every import,
 including those inside functions, except `if TYPE_CHECKING:` blocks), and every module is also
@@ -44,10 +45,6 @@ PUBLIC_ROOT = {
     "startup", "proto", "tiers", "resultsets", "xla", "report", "triton", "version",
 }
 LAYER_FOLDERS = {"foundation": 0, "config": 1, "store": 2}
-
-# Only these read the process environment: the environment module, and the Bazel-facing entry
-# point that runs before the library is configured (flags gets its mapping from env).
-ENVIRONMENT_READERS = {"autotune_cache.foundation.env", "autotune_cache.xla.jax_test_helper"}
 
 
 def _module_name(path: Path) -> str:
@@ -152,16 +149,6 @@ def test_no_import_cycle(graph: dict[str, set[str]]) -> None:
         walk(module, [])
 
 
-MAX_MODULE_LINES = 600
-
-
-def test_no_module_is_over_its_size_limit() -> None:
-    """A module past MAX_MODULE_LINES does more than one job: split it by role (issue 37)."""
-    large = {m: n for m, p in MODULES.items()
-             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
-    assert not large, f"{large} are over {MAX_MODULE_LINES} lines; split them by role"
-
-
 THREAD_MAKERS = {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor"}
 
 
@@ -197,19 +184,6 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     result = subprocess.run([sys.executable, "-c", script, *modules], capture_output=True,
                             text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_only_the_environment_module_reads_the_environment() -> None:
-    readers = set()
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv") \
-                    and isinstance(node.value, ast.Name) and node.value.id == "os":
-                readers.add(module)
-    assert readers <= ENVIRONMENT_READERS, (
-        f"{sorted(readers - ENVIRONMENT_READERS)} read os.environ; go through "
-        "autotune_cache.foundation.env")
 
 
 # Only the cache and the tiers themselves touch a Cache's tiers; backends (triton/, xla/) and the
