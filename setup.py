@@ -1,11 +1,16 @@
 """Ship autotune_cache_all_kernels.pth at the top of site-packages, in wheels and editable installs,
-and give the package index a description whose links work there.
+ship the docs inside the package, and give the package index a description whose links work there.
 
 Everything else about the package is declared in pyproject.toml.
 
 The description is README.md. Its links into the repository (`[the cache](docs/cache.md)`) are
 dead on a package index, which has no repository to resolve them against, so they become the
 link text and the path (`the cache (docs/cache.md)`); docs/ ships in the sdist (MANIFEST.in).
+
+The project has no web address, so help text and messages name docs pages by path
+(autotune_cache/foundation/urls.py): build_py copies docs/'s pages (`*.md`, decisions included)
+into the package's own docs folder of the wheel, where an installed copy finds them. An editable
+install or a checkout reads the checkout's docs/ itself.
 
 The .pth file is the start-up hook of AUTOTUNE_FLAGS=--autotune_all_kernels (docs/triton.md,
 "Third-party kernels"): a file outside every package, which setuptools has no declarative way to
@@ -29,19 +34,35 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
+ROOT = Path(__file__).resolve().parent
 PTH_NAME = "autotune_cache_all_kernels.pth"
-PTH_SOURCE = Path(__file__).resolve().parent / "autotune_cache" / "triton" / PTH_NAME
+PTH_SOURCE = ROOT / "autotune_cache" / "triton" / PTH_NAME
+DOCS = ROOT / "docs"
+
+
+def doc_pages() -> list[Path]:
+    """docs/'s pages, relative to docs/ (none when building from a tree without docs/)."""
+    return sorted(p.relative_to(DOCS) for p in DOCS.rglob("*.md")) if DOCS.is_dir() else []
 
 
 class BuildPyWithPth(build_py):
-    """build_py, plus the .pth file at the root of build_lib (the root of site-packages)."""
+    """build_py, plus the .pth file at the root of build_lib (the root of site-packages) and
+    docs/'s pages in the package's docs folder."""
+
+    def _docs_out(self) -> list[tuple[Path, Path]]:
+        into = Path(self.build_lib) / "autotune_cache" / "docs"
+        return [(DOCS / page, into / page) for page in doc_pages()]
 
     def run(self) -> None:
         super().run()
         self.copy_file(str(PTH_SOURCE), str(Path(self.build_lib) / PTH_NAME))
+        for src, dst in self._docs_out():
+            self.mkpath(str(dst.parent))
+            self.copy_file(str(src), str(dst))
 
     def get_outputs(self, include_bytecode: bool = True) -> list[str]:
-        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH_NAME)]
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH_NAME),
+                *(str(dst) for _, dst in self._docs_out())]
 
 
 def add_to_wheel(wheel: Path, name: str, data: bytes) -> None:
@@ -85,6 +106,6 @@ def package_description(readme: str) -> str:
 setup(
     cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth},
     long_description=package_description(
-        (Path(__file__).resolve().parent / "README.md").read_text(encoding="utf-8")),
+        (ROOT / "README.md").read_text(encoding="utf-8")),
     long_description_content_type="text/markdown",
 )

@@ -1,18 +1,33 @@
-"""Where the project lives, named once for the package's code: its help text and messages link
-to the docs there, since docs/ is not in the wheel. pyproject.toml's [project.urls] names the same
-home (tests/packaging checks the wheel's Project-URLs against HOMEPAGE)."""
+"""Where the package's help text and messages send a reader for docs: a page the user has.
+
+The project has no web address and no release tag yet, so no page is named by URL. The docs ship
+with the code instead: the wheel carries docs/ inside the package (setup.py copies it next to
+this package's modules), and a checkout (an editable install, or PYTHONPATH pointing at it) has
+its own docs/. docs_url() names the first of the two that this copy of the package has, as an
+absolute path, so the page it names is the one describing this copy's flags and options.
+"""
 
 from __future__ import annotations
 
-from autotune_cache.version import __version__
+from pathlib import Path
 
-HOMEPAGE = "https://github.com/rules-autotune/rules_autotune"
+_PACKAGE = Path(__file__).resolve().parent.parent
+# The wheel's copy (setup.py's build_py), then the checkout's own docs/ beside the package.
+DOCS_DIRS = (_PACKAGE / "docs", _PACKAGE.parent / "docs")
+# What a reader is told when this copy has neither (a build that left the docs out).
+CHECKOUT_NOTE = "in the rules_autotune checkout"
+
+
+def docs_dir() -> Path | None:
+    """The docs folder this copy of the package has, or None."""
+    return next((d for d in DOCS_DIRS if (d / "quickstart-pytest.md").is_file()), None)
 
 
 def docs_url(page: str) -> str:
-    """The docs page of the installed version, at its release tag: `docs_url("pytest.md")`.
-
-    Versioned, not main's, so the page describes the flags and options this copy has; the
-    version comes from autotune_cache/version.py, so a release bumps nothing here. The tag
-    exists once tools/release.sh has made it and it is pushed."""
-    return f"{HOMEPAGE}/blob/v{__version__}/docs/{page}"
+    """Where to read docs page `page` ("pytest.md", "reference.md#flags"): its absolute path in
+    the installed package or in the checkout this copy runs from, anchor kept; failing both,
+    `docs/<page> in the rules_autotune checkout`. The name is kept from when it was a URL."""
+    found = docs_dir()
+    if found is None:
+        return f"docs/{page} {CHECKOUT_NOTE}"
+    return str(found / page)

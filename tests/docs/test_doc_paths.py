@@ -86,3 +86,31 @@ def test_the_scan_finds_paths_and_skips_placeholders():
     assert named_paths(text) == {"rules/private/test_main.py", "tests/unit/",
                                  "docs/reference.md", "tests/core/test_cache.py"}
     assert missing(named_paths(text)) == ["rules/private/test_main.py", "tests/unit/"]
+
+
+# Every web address the package, its metadata and its docs name, by where it points. The
+# project has no web address of its own (issue 52: an invented home and tag sent users nowhere):
+# an address must be a third party's, or a placeholder the reader fills in.
+ADDRESSED = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "pyproject.toml",
+             ROOT / "setup.py", ROOT / "MANIFEST.in", *DOCS[1:], *SOURCES,
+             *sorted((ROOT / ".bcr").glob("*"))]
+THIRD_PARTY = {
+    "download.pytorch.org": "PyTorch's CPU wheel index",
+    "github.com/bazel-contrib/rules_python/": "rules_python's release archives",
+    "keepachangelog.com": "the changelog's format",
+    "semver.org": "the versioning scheme",
+    "www.w3.org/2000/svg": "the SVG namespace of the report's charts",
+    "example.com/": "a placeholder for where the reader hosts a copy",
+    "github.com/{OWNER}/{REPO}": "the Bazel Central Registry's template, filled in on publishing",
+}
+# Web addresses (a `redis://HOST` or `grpc://` one names the reader's own server).
+ADDRESS = re.compile(r"(?:git\+)?https?://[^\s)\"'>`\]]*")
+
+
+def test_every_address_named_is_a_third_partys_or_a_placeholder():
+    found = [f"{path.relative_to(ROOT)}: {url}" for path in ADDRESSED if path.is_file()
+             for url in ADDRESS.findall(path.read_text(encoding="utf-8"))
+             if not any(url.split("://", 1)[1].startswith(host) for host in THIRD_PARTY)]
+    assert not found, ("addresses the project does not have (name a path in the checkout or the "
+                       "package's own docs instead, or add a third party's host to "
+                       "THIRD_PARTY with why):\n" + "\n".join(found))

@@ -1,7 +1,8 @@
 """The package a team pins: the sdist and wheel build, pass `twine check`, hold what the docs
-promise, name the project's home (Project-URLs, and help text that links to this version's
-docs), install into a fresh virtualenv where the pytest quickstart runs, and type-check under
-`mypy --strict`. One version number in three places. The release script: test_release.py.
+promise (the docs themselves included: help text names them by path, since the project has no
+web address), name no address, install into a fresh virtualenv where the pytest quickstart runs,
+install from a commit of the checkout, and type-check under `mypy --strict`. One version number
+in three places. The release script: test_release.py.
 
 The wheel is built from the sdist (`python -m build`'s default), so a file missing from the
 sdist fails here, not on a user's `pip install autotune_cache-X.tar.gz`."""
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import autotune_cache
-from autotune_cache.foundation.urls import HOMEPAGE, docs_url
+from autotune_cache.foundation.urls import docs_url
 from tests.docs.test_doc_snippets import plugin_env, run, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,31 +96,35 @@ def test_the_wheel_holds_what_the_docs_promise(dist):
     assert "the results cache (`docs/cache.md`)" in description
 
 
-def test_the_wheel_names_the_project_home(dist):
-    """An index shows Project-URLs as the package's links; they name the home the code's help
-    text links into (foundation/urls.py)."""
+def test_the_wheel_names_no_address_and_carries_the_docs(dist):
+    """The project has no web address (issue 52): no Project-URL, no URL of ours in the
+    metadata. The docs ship in the package instead, where help text names them."""
     _, wheel = dist
     with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
         metadata = whl.read(f"autotune_cache-{autotune_cache.__version__}.dist-info/METADATA")
-    urls = dict(re.findall(r"^Project-URL: ([^,]+), (\S+)$", metadata.decode(), re.M))
-    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues", "Source"}, urls
-    assert urls["Homepage"] == HOMEPAGE
-    assert all(url.startswith(HOMEPAGE) for url in urls.values()), urls
+    assert "Project-URL" not in metadata.decode()
+    assert not re.findall(r"https?://\S*rules.autotune", metadata.decode(), re.I)
+    pages = {f"autotune_cache/docs/{p.relative_to(ROOT / 'docs')}"
+             for p in (ROOT / "docs").rglob("*.md")}
+    assert pages and not pages - names, sorted(pages - names)
 
 
-def test_help_text_links_to_pages_of_this_version(tmp_path):
-    """docs/ is not in the wheel: help text and messages link to the version's docs online, and
-    every page they name exists."""
+def test_help_text_names_docs_pages_the_user_has(tmp_path):
+    """Help text and messages name docs pages by path: the checkout's docs/ here, the package's
+    copy in an installed wheel (test_the_pytest_quickstart_runs_from_the_installed_wheel); every
+    page they name exists."""
     pages = {m[1] for src in ROOT.joinpath("autotune_cache").rglob("*.py")
              for m in re.finditer(r"docs_url\([\"']([^\"'#]+)", src.read_text(encoding="utf-8"))}
     assert pages, "no docs_url() call found"
     assert not [p for p in pages if not (ROOT / "docs" / p).is_file()], pages
-    assert docs_url("pytest.md") == \
-        f"{HOMEPAGE}/blob/v{autotune_cache.__version__}/docs/pytest.md"
+    assert docs_url("pytest.md") == str(ROOT / "docs" / "pytest.md")
+    assert docs_url("reference.md#flags") == f"{ROOT / 'docs' / 'reference.md'}#flags"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
                           capture_output=True, text=True, cwd=tmp_path, env=plugin_env())
     assert proc.returncode == 0, proc.stderr
-    assert f"autotune results cache (docs: {docs_url('pytest.md')})" in proc.stdout
+    assert f"autotune results cache (docs: {docs_url('pytest.md')})" in " ".join(
+        proc.stdout.split())
 
 
 def test_the_sdist_carries_the_docs_the_description_names(dist):
@@ -160,7 +165,7 @@ def fresh_venv(dist, tmp_path_factory) -> Path:
     wheel, as docs/quickstart-pytest.md tells a reader without a GPU), installed without
     byte-compiling: compiling every module of torch is most of the install's CPU time."""
     _, wheel = dist
-    install = re.search(r'^pip install "autotune_cache\[([\w,]+)\] @ git\+',
+    install = re.search(r'^pip install "/path/to/rules_autotune\[([\w,]+)\]"$',
                         (ROOT / "docs" / "quickstart-pytest.md").read_text(), re.M)
     assert install, "docs/quickstart-pytest.md lost its install line"
     where = tmp_path_factory.mktemp("venv") / "v"
@@ -185,6 +190,11 @@ def test_the_pytest_quickstart_runs_from_the_installed_wheel(fresh_venv, tmp_pat
         capture_output=True, text=True, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert str(fresh_venv.parent.parent) in proc.stdout, f"not the wheel's copy: {proc.stdout}"
+    proc = subprocess.run(
+        [str(fresh_venv), "-c", "from autotune_cache.foundation.urls import docs_url; "
+         "print(docs_url('pytest.md'))"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    shipped = Path(proc.stdout.strip())
+    assert shipped.is_file() and str(fresh_venv.parent.parent) in str(shipped), proc.stdout
     for snippet in snippets(ROOT / "docs" / "quickstart-pytest.md"):
         run(snippet, tmp_path, env, python=str(fresh_venv))
     assert list(tmp_path.glob("*.autotune.textproto")), "the quickstart dumped nothing"
@@ -202,3 +212,24 @@ def test_mypy_strict_on_a_user_file(install, fresh_venv, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path,
                           env=plugin_env(python, checkout=False))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_commit_pin_installs_from_the_checkout(tmp_path):
+    """The README's lock-file line, `autotune_cache[...] @ git+file:///path@<commit>`, builds
+    that commit of the checkout (here HEAD; --target, so no virtualenv changes), with the docs
+    and the start-up hook in it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "autotune_cache[triton,pytest] @ git+file:///path/to/rules_autotune@<commit>" in readme
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--target", str(tmp_path / "site"),
+         f"autotune_cache @ git+file://{ROOT}@{head.stdout.strip()}"],
+        capture_output=True, text=True, timeout=600, env=plugin_env(checkout=False))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    site = tmp_path / "site"
+    assert (site / "autotune_cache" / "docs" / "quickstart-pytest.md").is_file()
+    assert (site / "autotune_cache_all_kernels.pth").is_file()

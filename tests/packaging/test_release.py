@@ -1,6 +1,7 @@
 """The release (docs/release.md): `tools/release.sh --dry-run` builds and checks both artifacts on
-a clean clone and tags nothing, the script refuses a dirty tree, and the install lines name the
-tag of the current version, so a version bump that forgets them fails here.
+a clean clone and tags nothing, the script refuses a dirty tree, and the install lines name a
+checkout or the wheel of the current version (no address: the project has none), so a version
+bump that forgets them fails here.
 
 The clone holds this working tree's files (tracked and untracked, not ignored), committed, so the
 script under test is the one being edited. No tag is cloned: the dry run's checks would only
@@ -82,14 +83,15 @@ def test_a_dirty_tree_is_refused_before_anything_is_built(clone):
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/quickstart-pytest.md"])
-def test_the_install_lines_name_this_versions_tag(doc):
+def test_the_install_lines_name_a_checkout_and_this_versions_wheel(doc):
+    """Issue 52: the install lines named a GitHub address and a tag that do not exist. They
+    install a checkout (pinned by commit) or a wheel built in one, and name no address."""
     lines = [line for line in (ROOT / doc).read_text(encoding="utf-8").splitlines()
-             if re.search(r"pip install .*autotune_cache[-\[]", line)]
-    from_git = [line for line in lines if "git+https://" in line]
+             if re.search(r"pip install .*(autotune_cache|rules_autotune)[-\[]", line)]
+    from_checkout = [line for line in lines if "/path/to/rules_autotune[" in line]
     from_wheel = [line for line in lines if ".whl" in line]
-    assert from_git and from_wheel, f"{doc} lost an install line: {lines}"
-    for line in from_git:
-        assert f"/rules_autotune@v{VERSION}\"" in line, f"{doc}: not tag v{VERSION}: {line}"
+    assert from_checkout and from_wheel, f"{doc} lost an install line: {lines}"
+    assert not [line for line in lines if "://" in line], f"{doc} names an address: {lines}"
     for line in from_wheel:
         assert f"autotune_cache-{VERSION}-py3-none-any.whl" in line, \
             f"{doc}: not the {VERSION} wheel: {line}"
