@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from autotune_cache.foundation import env as autotune_env
 
 @dataclass(frozen=True)
 class Option:
-    """One pytest option and its AUTOTUNE_FLAGS twin."""
+    """One pytest option and its AUTOTUNE_FLAGS twin ('' for a pytest-only option)."""
 
     name: str
     twin: str
@@ -41,11 +42,17 @@ OPTIONS: tuple[Option, ...] = (
            "results files to load; may be repeated, every file is loaded (twin of "
            "AUTOTUNE_FLAGS --load_autotune_results_from)"),
     Option("--autotune-dump", "dump_autotune_results_to", "autotune_dump", "PATH",
-           "write exactly the entries this run used or tuned to PATH, merged across xdist "
-           "workers and subprocesses (twin of --dump_autotune_results_to)"),
+           "write the entries this run used or tuned to PATH (merged across xdist workers "
+           "and subprocesses) at the end of the run; an existing file keeps the entries the "
+           "run could not reproduce (other devices and toolchains, tests not selected); a "
+           "PATH that is also loaded and does not exist yet is created (twin of "
+           "--dump_autotune_results_to)"),
     Option("--autotune-dump-merge", "autotune_dump_merge", "autotune_dump_merge", None,
-           "keep the entries the dump file held before this run (incremental dumps; twin of "
-           "--autotune_dump_merge)"),
+           "keep every entry the dump file held that this run did not reproduce, as a run of "
+           "a subset of the tests does, also in a full run (twin of --autotune_dump_merge)"),
+    Option("--autotune-dump-json", "", "autotune_dump_json", "PATH",
+           "also write what the dump did (written, kept by reason, dropped and their kernels) "
+           "to PATH as JSON, for scripts (pytest only)"),
     Option("--autotune-all-kernels", "autotune_all_kernels", "autotune_all_kernels", None,
            "route every triton.autotune (third-party libraries' kernels too) through the cache; "
            "libraries imported before pytest configures are named in a warning (twin of "
@@ -58,7 +65,7 @@ OPTIONS: tuple[Option, ...] = (
            "stale-cache message (twin of --require_complete_autotune_results)"),
 )
 _TWIN_FIELD = {f.name: f.field for f in FLAGS}
-assert all(o.twin in _TWIN_FIELD for o in OPTIONS)
+assert all(o.twin in _TWIN_FIELD for o in OPTIONS if o.twin)
 
 # Keys of xdist's workerinput / workeroutput dicts.
 _PARTIALS_KEY = "autotune_cache_partials"
@@ -101,7 +108,7 @@ def args_from_flags(text: str, env: Mapping[str, str] | None = None) -> list[str
     string raises FlagError with parse_flags' message (paths are resolved against `env`).
     """
     parse_flags(text, env)
-    by_twin = {o.twin: o for o in OPTIONS}
+    by_twin = {o.twin: o for o in OPTIONS if o.twin}
     values: dict[str, str | None] = {}
     for name, value in _flag_tokens(text):
         if name not in by_twin:
@@ -144,6 +151,8 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
     given: dict[str, tuple[Option, object]] = {}
     for option in OPTIONS:
         value = values.get(option.dest)
+        if not option.twin:
+            continue  # a pytest-only option: the plugin reads it itself
         if isinstance(value, (list, tuple)):
             value = ",".join(value)  # a repeated --autotune-load loads every file
         if value is None or value is False:
@@ -166,6 +175,18 @@ def resolve_settings(values: Mapping[str, Any], env: Mapping[str, str] | None = 
     combined_text = combine_flags(env_text, " ".join(tokens), env, clash)
     settings = parse_flags(combined_text, env)
     # Relative paths are resolved once, now: a test that chdirs must not move them.
-    return replace(settings, load_from=tuple(p.absolute() for p in settings.load_from),
+    dump_to = settings.dump_to and settings.dump_to.absolute()
+    return replace(settings, load_from=first_dump_loads(settings.load_from, dump_to),
                    cache_dir=settings.cache_dir and settings.cache_dir.absolute(),
-                   dump_to=settings.dump_to and settings.dump_to.absolute()), combined_text
+                   dump_to=dump_to), combined_text
+
+
+def first_dump_loads(load_from: tuple[Path, ...], dump_to: Path | None) -> tuple[Path, ...]:
+    """The files to load, absolute, without the dump's own path while it does not exist yet:
+    the first dump under a setup that loads the file (the ini file's `autotune_load` and
+    `autotune_require_complete`) creates it, so `pytest --autotune-dump=FILE` just works."""
+    loads = tuple(p.absolute() for p in load_from)
+    if dump_to is None:
+        return loads
+    target = dump_to.resolve()
+    return tuple(p for p in loads if p.exists() or p.resolve() != target)

@@ -21,14 +21,15 @@ from autotune_cache.config.flags import (
 from autotune_cache.errors import AutotuneCacheError, MissingResultError
 from autotune_cache.foundation import console
 from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DIR_KEY
+from autotune_cache.pytest.scope import selection, write_json
 from autotune_cache.pytest.summary import (
     _STRICT_OFF_NOTE,
     MissRecorder,
     _fail_session,
-    _kept_note,
     _write_strict_verdict,
     summary_lines,
 )
+from autotune_cache.store.dumprule import FULL, SUBSET
 
 
 def _lines_to_terminal(config: pytest.Config) -> None:
@@ -63,13 +64,24 @@ def _configure_cache(settings: Settings, combined: str) -> Cache:
         raise _usage_error(e, combined) from None
 
 
-def _speak_pytest(cache: Cache) -> Cache:
+def regen_command(path: str, *, load_on_command_line: bool = False) -> str:
+    """The one command that regenerates a results file in place, on the device at hand
+    (docs/cache.md#what-a-dump-keeps): the same for a first dump, an in-place regen and a regen
+    on another device. A run whose command line loaded the file (not the ini file, not
+    AUTOTUNE_FLAGS) is told to load it there too, so the regen re-tunes only what is stale."""
+    load = f"--autotune-load={path} " if load_on_command_line else ""
+    return f"pytest {load}--autotune-dump={path}"
+
+
+def _speak_pytest(cache: Cache, config: pytest.Config | None = None) -> Cache:
     """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags; a
     run that loads one committed file is told to regenerate that very file."""
     loaded = cache.settings.load_from
     path = shlex.quote(str(loaded[0])) if len(loaded) == 1 else "PATH"
-    cache.dump_advice = (f"running the suite once with `pytest --autotune-dump={path}` (on this "
-                         f"device) and committing {path}")
+    given = config.getoption("autotune_load", None) if config is not None else None
+    command = regen_command(path, load_on_command_line=bool(given) and len(loaded) == 1)
+    cache.dump_advice = (f"running the suite once with `{command}` (on this device; it keeps "
+                         f"the other devices' entries) and committing {path}")
     cache.require_flag = "--autotune-require-complete"
     return cache
 
@@ -103,10 +115,15 @@ class RunnerPlugin:
             shared = self.workerinput.get(_SHARED_DIR_KEY)
             if shared:
                 settings = replace(settings, cache_dir=Path(shared))
-        self.cache = _speak_pytest(_configure_cache(settings, combined))
+        self.cache = _speak_pytest(_configure_cache(settings, combined), config)
         self.recorder = MissRecorder()
         self.recorder.attach(self.cache)
+        self.cache.dump_run.show_line_elsewhere()  # the terminal summary shows it
         self.dumped = 0
+        self.deselected = 0
+        json_path = config.getoption("autotune_dump_json", None) or \
+            config.getini("autotune_dump_json")
+        self.json_path = Path(json_path).absolute() if json_path else None
         if self.workerinput is None:
             _lines_to_terminal(config)
         else:
@@ -157,8 +174,14 @@ class RunnerPlugin:
         with self.recorder.running(item.nodeid, "teardown"):
             return (yield from self._short_failure(_passthrough()))
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += len(items)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         failed = self.workerinput is None and session.exitstatus != pytest.ExitCode.OK
+        if self.workerinput is None:
+            chosen = selection(self.config, self.deselected)
+            self.cache.dump_run.select(SUBSET if chosen else FULL, chosen)
         try:
             self.dumped = self.cache.finish_dump(failed=failed)
         except (AutotuneCacheError, OSError) as e:
@@ -169,6 +192,7 @@ class RunnerPlugin:
             self.config.workeroutput[_OUTPUT_KEY] = {  # type: ignore[attr-defined]
                 "stats": self.cache.stats.as_dict(),
                 "misses": [asdict(m) for m in self.recorder.misses],
+                "deselected": self.deselected,
             }
         elif any(m.strict for m in self.recorder.misses):
             _fail_session(session)
@@ -183,9 +207,13 @@ class RunnerPlugin:
         error = self.config.stash.get(_DUMP_ERROR, None)
         if error:
             tr.write_line(f"dump FAILED: {error}", red=True)
-        elif self.cache.settings.dump_to is not None:
-            tr.write_line(f"dump: wrote {self.dumped} entries to {self.cache.settings.dump_to}"
-                          + _kept_note(self.cache.dump_kept))
+        elif (outcome := self.cache.dump_run.outcome) is not None:
+            tr.write_line(outcome.line())
+            try:
+                write_json(self.json_path and str(self.json_path), outcome.json())
+            except OSError as e:
+                tr.write_line(f"--autotune-dump-json={self.json_path}: not written ({e})",
+                              red=True)
         if self.cache.strict_off_for_dump:
             tr.write_line(_STRICT_OFF_NOTE)
 

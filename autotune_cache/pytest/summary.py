@@ -137,15 +137,6 @@ _STRICT_OFF_NOTE = ("note: --autotune-require-complete was off for this run: a d
                     "able to tune (it is how a stale cache is regenerated)")
 
 
-def _kept_note(kept: int) -> str:
-    """What the dump line adds when a failed run kept entries of the file it replaced."""
-    if not kept:
-        return ""
-    return (f" (the run failed, so the {kept} entries the file held that this run did not "
-            "reproduce were kept; a passing run's dump drops them)")
-
-
-
 def _fail_session(session: pytest.Session) -> None:
     """Fail the run because of misses under require-complete, whatever the tests did with the
     errors (caught, xfail, turned into a skip)."""

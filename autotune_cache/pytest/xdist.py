@@ -24,15 +24,16 @@ from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.locking import Liveness, sweep_dead
 from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DIR_KEY
 from autotune_cache.pytest.runner import _usage_error
+from autotune_cache.pytest.scope import selection, write_json
 from autotune_cache.pytest.summary import (
     _STRICT_OFF_NOTE,
     _fail_session,
-    _kept_note,
     _write_strict_verdict,
     add_stats,
     summary_lines,
 )
 from autotune_cache.store.dumpfile import DumpFile, merge_run
+from autotune_cache.store.dumprule import FULL, SUBSET
 
 _KEPT_MARK = "KEPT"  # in the partial dumps' folder of a dump not written: never swept
 
@@ -99,6 +100,9 @@ class XdistControllerPlugin:
                 self.shared_dir = self.partials / "shared-cache"
         self.outputs: list[dict[str, Any]] = []
         self.merge: MergeResult | None = None
+        json_path = config.getoption("autotune_dump_json", None) or \
+            config.getini("autotune_dump_json")
+        self.json_path = Path(json_path).absolute() if json_path else None
 
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[_PARTIALS_KEY] = str(self.partials) if self.partials else ""
@@ -115,11 +119,14 @@ class XdistControllerPlugin:
         if self.partials is None or self.settings.dump_to is None:
             return
         files = sorted(self.partials.glob("*.binpb"))
+        # The workers collected and deselected; the controller has the same options and args.
+        chosen = selection(self.config, sum(o.get("deselected", 0) for o in self.outputs))
         try:
             pairs, self.merge = merge_partials(files)
             if self.dump is not None:
                 self.merge.entries = self.dump.close(
-                    pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK)
+                    pairs, keep_existing=session.exitstatus != pytest.ExitCode.OK,
+                    kind=SUBSET if chosen else FULL, selection=chosen)
         except (AutotuneCacheError, OSError) as e:
             self.merge = MergeResult(error=str(e), partial_files=files)
         if self._alive is not None:
@@ -155,9 +162,15 @@ class XdistControllerPlugin:
                 red=True)
         else:
             twice = self.merge.tuned_twice
-            tr.write_line(f"dump: wrote {self.merge.entries} entries to {dump} (merged from "
-                          f"{len(self.merge.partial_files)} xdist workers)"
-                          + _kept_note(self.dump.kept if self.dump is not None else 0))
+            outcome = self.dump.outcome if self.dump is not None else None
+            if outcome is not None:
+                tr.write_line(f"{outcome.line()} (summed over "
+                              f"{len(self.merge.partial_files)} xdist workers)")
+                try:
+                    write_json(self.json_path and str(self.json_path), outcome.json())
+                except OSError as e:
+                    tr.write_line(f"--autotune-dump-json={self.json_path}: not written ({e})",
+                                  red=True)
             if twice:
                 shown = "; ".join(twice[:5]) + (f"; and {len(twice) - 5} more"
                                                 if len(twice) > 5 else "")

@@ -19,10 +19,10 @@ never touches the dump file.
 - Two processes of one run that recorded different entries for one key (each tuned it): the
   dump keeps the faster winner (`merge_run`, the run's one rule, which the pytest-xdist merge
   uses too); each such key is logged, and counted in `tuned_twice`.
-- The final read-combine-write holds a lock kept in a directory no other account can take
-  (locking.private_lock_dir: under the home directory), never next to the dump, so nothing is
-  left beside a committed file; a file another run changed since this one started is read
-  again under the lock, so its entries of other devices are kept.
+- A file another run changed since this one started is read again before the final write,
+  so its entries of other devices are kept. Merge mode does that read-combine-write under a
+  lock kept in a directory no other account can take (locking.private_lock_dir: under the
+  home directory), never next to the dump, so nothing is left beside a committed file.
 - The root removes the run directory when it closes. A process started inside that run which
   first dumps after it ended (a late child) finds its inherited run gone: it never replaces
   the run's file, it merges its entries into it (the merge row of the rule).
@@ -393,21 +393,23 @@ class DumpFile:
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
-        """The lock that serialises the final read-combine-write of one dump path across runs
-        (concurrent merge-mode dumps keep every entry). After LOCK_TIMEOUT_S without it, or when
-        it cannot be taken, the write goes ahead (with a warning in merge mode, whose promise
-        it is)."""
+        """Merge mode: the lock that serialises the final read-combine-write of one dump path
+        across runs (concurrent merge-mode dumps keep every entry). After LOCK_TIMEOUT_S
+        without it, or when it cannot be taken, the write goes ahead with a warning. Other
+        modes take no lock (nothing is created under the home directory): the file is read
+        again when it changed since the run began, and replaced atomically."""
         with contextlib.ExitStack() as stack:
-            name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
-            try:
-                lock_dir = private_lock_dir("dump-locks")
-                held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
-            except LockError as e:
-                if self.merge:
+            if self.merge:
+                name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
+                try:
+                    lock_dir = private_lock_dir("dump-locks")
+                    held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
+                except LockError as e:
                     log.warning("autotune_cache: merging into %s without its lock (%s)",
                                 self.path, e)
-            else:
-                if not held and self.merge:
-                    log.warning("autotune_cache: merging into %s without its lock (another "
-                                "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
+                else:
+                    if not held:
+                        log.warning("autotune_cache: merging into %s without its lock "
+                                    "(another run held it for %.0f s)", self.path,
+                                    LOCK_TIMEOUT_S)
             yield

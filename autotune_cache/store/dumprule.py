@@ -11,12 +11,12 @@ that the run did not write again:
 - an entry of a device the run wrote nothing for is kept ("other devices");
 - an entry of a device the run wrote for, but of another toolchain, is kept ("other
   toolchains");
-- an entry of an owned pair whose kernel and problem the run wrote (under a new source or
-  candidate list) is replaced by the run's entry;
 - any other entry of an owned pair is the run's to decide on: a *full* run that passed drops
-  it ("no longer used", named by kernel); a run that selected a subset of the tests (a path,
-  `-k`, `-m`, `--lf`, a Bazel test filter), a failed run and a merge-mode dump keep it ("not
-  selected", "run failed", "--autotune-dump-merge").
+  it (counted as replaced when the run wrote its kernel and problem under a new source or
+  candidate list, else "no longer used", named by kernel); a run that selected a subset of
+  the tests (a path, `-k`, `-m`, `--lf`, a Bazel test filter), a failed run and a merge-mode
+  dump keep it ("not selected", "run failed", "--autotune-dump-merge"): they cannot know
+  whether a test they did not run still uses it (a kernel tuned under two candidate lists).
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ def apply_rule(old: Mapping[str, Keyed], run: Mapping[str, Keyed], kind: str = F
             why = OTHER_DEVICES
         elif _pair(key) not in pairs:
             why = OTHER_TOOLCHAINS
-        elif _slot(key) in slots:
-            outcome.replaced += 1
-            continue
         elif kind == FULL:
-            outcome.dropped += 1
-            dropped.add(key.kernel)
+            if _slot(key) in slots:
+                outcome.replaced += 1  # under a new source or candidate list
+            else:
+                outcome.dropped += 1
+                dropped.add(key.kernel)
             continue
         else:
             why = _NOT_REPRODUCED[kind]

@@ -91,7 +91,7 @@ def test_dump_then_strict_load(suite):
         "132 SMs: new",
         "  test_suite.py::test_three: matmul *: new",
         "  test_suite.py::test_two: softmax *: new",
-        f"dump: wrote 3 entries to {dump}",
+        f"dump: wrote 3 entries to {dump}; kept 0; dropped 0",
     ])
 
     result = run(suite, f"--autotune-load={dump}", "--autotune-require-complete")
@@ -292,7 +292,7 @@ def test_xdist_dump_merges_every_worker_deterministically(suite):
     result.stdout.fnmatch_lines([
         "*= autotune_cache =*",
         "* (over 2 xdist workers)",
-        f"dump: wrote 3 entries to {each} (merged from 2 xdist workers)",
+        f"dump: wrote 3 entries to {each}; kept 0; dropped 0 (summed over 2 xdist workers)",
     ])
     # Each key was tuned once across the workers (they shared a temporary cache directory).
     assert "spent 6.0 s tuning 3 keys" in result.stdout.str()
@@ -311,7 +311,7 @@ def test_xdist_dump_keeps_the_faster_of_two_workers_tunings_of_one_key(suite, mo
     result = run(suite, "-n", "2", "--dist", "each", f"--autotune-dump={dump}")
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines([
-        f"dump: wrote 3 entries to {dump} (merged from 2 xdist workers)",
+        f"dump: wrote 3 entries to {dump}; kept 0; dropped 0 (summed over 2 xdist workers)",
         "* key(s) were tuned by more than one worker, with different results; the dump keeps "
         "the faster winner of each: *matmul [[]N=512,x=float16[]] on NVIDIA H200*",
     ])
