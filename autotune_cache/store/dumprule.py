@@ -89,7 +89,8 @@ class DumpOutcome:
             text += (" no longer used (" + ", ".join(shown)
                      + (f" and {more} more kernel(s)" if more > 0 else "") + ")")
         if self.run != FULL and self.kept_by.get(_NOT_REPRODUCED[self.run]):
-            text += f" [{self.run} run{': ' + self.selection if self.selection else ''}]"
+            how = f": {self.selection}" if self.run == SUBSET and self.selection else ""
+            text += f" [{self.run} run{how}]"
         return text
 
     def as_dict(self) -> dict:
