@@ -37,6 +37,7 @@ them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import posixpath
 import sys
@@ -61,7 +62,7 @@ from regen_bazel import (
     widen_search,
     working_package,
 )
-from regen_diff import Change, committed_bytes, compare
+from regen_diff import Change, Kept, committed, compare
 from regen_orphans import Orphan, find_orphans, moved_caches
 from regen_scheduler import (
     Plan,
@@ -93,6 +94,7 @@ class Outcome:
     status: str
     change: Change | None = None
     problem: str = ""
+    kept: Kept = Kept()
 
     @property
     def ok(self) -> bool:
@@ -149,6 +151,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--dry_run", action="store_true", help="list the targets and the GPU plan, run nothing"
     )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the per-file summary (written, kept by "
+        "reason, dropped) to PATH as JSON, for scripts"
+    )
     # An exclusion pattern (`-//third_party/...`, `-sub/...`) starts with "-", which argparse
     # would read as an unknown option: it passes through as a pattern, in its place.
     hidden = [_EXCLUDED + a[1:] if _is_exclusion(a) else a for a in argv]
@@ -201,7 +207,7 @@ def union_of_dumps(dumps: list[bytes]) -> bytes:
 
 def regenerate_group(
     targets: list[DumpTarget], results: dict[str, bytes | str], status: dict[str, str],
-    workspace: Path, check: bool, placeholder: bool = False,
+    workspace: Path, check: bool, placeholder: bool = False, subset: bool = False,
 ) -> Outcome:
     """Writes the union of the dumps of one cache file over it (unless `check`).
 
@@ -225,14 +231,14 @@ def regenerate_group(
         old = destination.read_bytes() if destination.is_file() else None
         if placeholder or (old is not None and not old.strip()):
             old = None  # an empty file means "no entries yet"
-        new = committed_bytes(old, dumped, destination.suffix)
+        new, kept = committed(old, dumped, destination.suffix, subset=subset)
         change = compare(old, new, destination.suffix)
         if change.differs and not check:
             write_atomic(destination, new)
     except (AutotuneCacheError, OSError) as e:
         return Outcome(group, overall,
                        problem=f"{type(e).__name__}: {e}; the committed cache is left as is")
-    return Outcome(group, overall, change=change)
+    return Outcome(group, overall, change=change, kept=kept)
 
 
 def regenerate_one(
@@ -462,9 +468,10 @@ def run(args: argparse.Namespace) -> int:
                     found.query_flags)
                 broken.update(more_broken)
                 groups = group_by_cache(targets)
+            subset = any(f.startswith("--test_filter") for f in args.bazel_flag)
             outcomes = [
                 regenerate_group(group, harvest.results, harvest.status, workspace, args.check,
-                                 placeholder=(workspace / path) in created)
+                                 placeholder=(workspace / path) in created, subset=subset)
                 for path, group in groups.items()
             ]
             kept = {workspace / o.cache_path for o in outcomes if o.ok and not args.check}
@@ -478,7 +485,19 @@ def run(args: argparse.Namespace) -> int:
                     path.unlink(missing_ok=True)
                 else:
                     write_atomic(path, before)
+    if args.json:
+        write_json(Path(args.json), outcomes)
     return report(outcomes, args.check, tuple(sorted(broken)), orphans, bad)
+
+
+def write_json(path: Path, outcomes: list[Outcome]) -> None:
+    """The per-file summary for scripts (--json=PATH)."""
+    files = [{"path": o.cache_path, "targets": [t.label for t in o.targets], "ok": o.ok,
+              "problem": o.problem, "kept": o.kept.count, "kept_by": dict(o.kept.by),
+              "dropped": o.kept.dropped, "dropped_kernels": list(o.kept.dropped_kernels),
+              "change": None if o.change is None else vars(o.change)} for o in outcomes]
+    path.write_text(json.dumps({"files": files}, indent=2, sort_keys=True) + "\n",
+                    encoding="utf-8")
 
 
 def widen_where_entries_would_go(
@@ -524,7 +543,8 @@ def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
             verb = "would change" if check and outcome.change.differs else "ok"
             shared = (f" (shared by {len(outcome.targets)} tests)"
                       if len(outcome.targets) > 1 else "")
-            print(f"  {outcome.cache_path}: {verb}: {outcome.change.describe()}{shared}")
+            print(f"  {outcome.cache_path}: {verb}: {outcome.change.describe()}{shared}; "
+                  f"{outcome.kept.describe()}")
         else:
             print(f"  {outcome.cache_path}: NOT REGENERATED ({outcome.labels}): "
                   f"{outcome.problem}")

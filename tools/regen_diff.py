@@ -70,28 +70,90 @@ def _rows(data: bytes, suffix: str) -> list[Row]:
     return loads(data, suffix).rows()
 
 
-def committed_bytes(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
-    """The new committed file, in the destination's format (`suffix`: text or binary).
+@dataclass(frozen=True)
+class Kept:
+    """What the regen kept of the committed file's entries that the dumps did not write (the
+    dump's rule, docs/cache.md#what-a-dump-keeps), and what it dropped."""
 
-    `dumped` is what the dump test wrote, always text (`autotune_cache.textproto`); `old` is
-    the committed file (None when there is none), in the destination's format. The result is
-    the dump plus the committed entries of every device the dump did not run on: one file
-    serves several GPU types (and the CPU interpreter), and regenerating on one of them must
-    not drop what was tuned on the others. Raises autotune_cache.errors.AutotuneCacheError
-    (CorruptFileError) when either file cannot be read or they are of different formats.
+    by: tuple[tuple[str, int], ...] = ()
+    dropped: int = 0
+    dropped_kernels: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.by)
+
+    def describe(self) -> str:
+        """`kept M (2 other devices, ...); dropped K no longer used (kernels)`."""
+        text = f"kept {self.count}"
+        if self.by:
+            text += " (" + ", ".join(f"{n} {why}" for why, n in self.by) + ")"
+        text += f"; dropped {self.dropped}"
+        if self.dropped:
+            shown = list(self.dropped_kernels[:3])
+            more = len(self.dropped_kernels) - len(shown)
+            text += (" no longer used (" + ", ".join(shown)
+                     + (f" and {more} more kernel(s)" if more > 0 else "") + ")")
+        return text
+
+
+def committed(old: bytes | None, dumped: bytes, suffix: str, *, subset: bool = False
+              ) -> tuple[bytes, Kept]:
+    """The new committed file, in the destination's format (`suffix`: text or binary), and
+    what it kept of the old one.
+
+    `dumped` is what the dump test(s) wrote, always text (`autotune_cache.textproto`); `old` is
+    the committed file (None when there is none), in the destination's format. The dumps
+    replace only what they own (docs/cache.md#what-a-dump-keeps): the committed entries of
+    every device they did not run on, and of toolchains other than theirs on their devices,
+    are kept (one file serves several GPU types and the CPU interpreter, each regenerated on
+    its own machine); with `subset` (a Bazel --test_filter) every entry the dumps did not write
+    is kept; otherwise their device's entries no test wrote are dropped. Raises
+    autotune_cache.errors.AutotuneCacheError (CorruptFileError) when either file cannot be read
+    or they are of different formats.
     """
     new_set = loads(dumped, DUMP_SUFFIX)
-    others: set[str] = set()
+    keep: set[str] = set()
+    reasons: Counter[str] = Counter()
+    dropped: set[str] = set()
+    dropped_count = 0
     if old is not None:
-        dumped_devices = {row.device for row in new_set.rows()}
+        written = new_set.rows()
+        ids = {row.id for row in written}
+        devices = {row.device for row in written}
+        pairs = {(row.device, row.toolchain) for row in written}
+        slots = {(row.kernel, row.problem, row.device, row.toolchain) for row in written}
         old_set = loads(old, suffix)
-        others = {row.id for row in old_set.rows() if row.device not in dumped_devices}
-        if others:
-            new_set = new_set.merge(old_set.select(others), prefer_other=set())
-    if not others and is_text_suffix(suffix):
+        for row in old_set.rows():
+            if row.id in ids:
+                continue
+            if not written:
+                why = "run used no kernel"
+            elif row.device not in devices:
+                why = "other devices"
+            elif (row.device, row.toolchain) not in pairs:
+                why = "other toolchains"
+            elif subset:
+                why = "not selected"
+            else:
+                if (row.kernel, row.problem, row.device, row.toolchain) not in slots:
+                    dropped_count += 1
+                    dropped.add(row.kernel)
+                continue
+            keep.add(row.id)
+            reasons[why] += 1
+        if keep:
+            new_set = new_set.merge(old_set.select(keep), prefer_other=set())
+    kept = Kept(tuple(sorted(reasons.items())), dropped_count, tuple(sorted(dropped)))
+    if not keep and is_text_suffix(suffix):
         # Nothing merged into a text destination: keep the dump's bytes exactly.
-        return dumped
-    return new_set.dumps(suffix)
+        return dumped, kept
+    return new_set.dumps(suffix), kept
+
+
+def committed_bytes(old: bytes | None, dumped: bytes, suffix: str) -> bytes:
+    """The new committed file of a full regen (`committed`), without what it kept."""
+    return committed(old, dumped, suffix)[0]
 
 
 def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
