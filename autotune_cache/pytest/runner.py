@@ -78,8 +78,11 @@ def _speak_pytest(cache: Cache, config: pytest.Config | None = None) -> Cache:
     run that loads one committed file is told to regenerate that very file."""
     loaded = cache.settings.load_from
     path = shlex.quote(str(loaded[0])) if len(loaded) == 1 else "PATH"
-    given = config.getoption("autotune_load", None) if config is not None else None
-    command = regen_command(path, load_on_command_line=bool(given) and len(loaded) == 1)
+    # The command line as typed: an ini file's addopts (the recommended setup) load the file
+    # for the regen too.
+    typed = config.invocation_params.args if config is not None else ()
+    given = any(str(a).startswith("--autotune-load") for a in typed)
+    command = regen_command(path, load_on_command_line=given and len(loaded) == 1)
     cache.dump_advice = (f"running the suite once with `{command}` (on this device; it keeps "
                          f"the other devices' entries) and committing {path}")
     cache.require_flag = "--autotune-require-complete"

@@ -114,18 +114,24 @@ def test_json_names_the_dropped_kernels_and_the_kept_reasons(suite):
     assert (data["dropped"], data["dropped_kernels"], data["total"]) == (1, ["old_kernel"], 6)
 
 
-INI_SETUP = """
+INI_SETUPS = {
+    "ini keys": """
 [tool.pytest.ini_options]
 autotune_load = "cache.textproto"
 autotune_require_complete = true
-"""
+""",
+    "addopts": """
+[tool.pytest.ini_options]
+addopts = "--autotune-load=cache.textproto --autotune-require-complete"
+"""}
 
 
+@pytest.mark.parametrize("setup", list(INI_SETUPS))
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-def test_one_command_per_job_under_the_ini_setup(suite, monkeypatch, mode):
+def test_one_command_per_job_under_the_ini_setup(suite, monkeypatch, mode, setup):
     """Issue 52: the first dump, the regen in place, and the regen on another device are one
     command, `pytest --autotune-dump=FILE`, with the ini file's load and require-complete."""
-    suite.makefile(".toml", pyproject=INI_SETUP)
+    suite.makefile(".toml", pyproject=INI_SETUPS[setup])
     cache = suite.path / "cache.textproto"
     # 1. The first dump: the file does not exist yet.
     first = run(suite, *mode, "--autotune-dump=cache.textproto")
