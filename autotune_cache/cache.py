@@ -22,7 +22,7 @@ from autotune_cache.errors import (
     FlagError,
     MissingResultError,
 )
-from autotune_cache.foundation import env
+from autotune_cache.foundation import env, import_hook
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.validate import entry_problem, warn_damaged
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -326,13 +326,28 @@ class Cache:
         before_final_dump) and this returns None. Backends use it to tune at the end of a dump
         run (triton/deferred.py); the protocol itself is the same either way."""
         candidates = tuple(candidates)
+        entry = self.hit(key, candidates)
+        if entry is not None:
+            return Resolved(entry)
+        return self.tune_or_defer(key, candidates, tune, timing_method=timing_method,
+                                  never_reuse=never_reuse, defer=defer)
+
+    def hit(self, key: CacheKey, candidates: Sequence[pb.Config]) -> pb.Entry | None:
+        """Step 1 of resolve(), for a launch: the key counts as served, and its entry is
+        returned from a tier, or None on a miss (under require_complete, MissingResultError).
+        A launch asks this first, so that a hit builds nothing for a tuning."""
         if not candidates:
             raise ValueError(f"autotune_cache: resolve() for {key.describe()} got no candidate "
                              "configs; pass at least one (the kernel's candidate list)")
         self.stats.served(key.kernel)
-        entry = self.lookup(key, candidates)
-        if entry is not None:
-            return Resolved(entry)
+        return self.lookup(key, candidates)
+
+    def tune_or_defer(self, key: CacheKey, candidates: Sequence[pb.Config], tune: Tune, *,
+                      timing_method: str, never_reuse: Collection[int] = (),
+                      defer: Defer | None) -> Resolved | None:
+        """Steps 2-4 of resolve() after a miss of hit(), or None when `defer` took them over
+        (see resolve_or_defer)."""
+        candidates = tuple(candidates)
 
         def finish() -> Resolved:
             # `shared`: the lock is held on the cache directory or the remote server, so a peer
@@ -488,6 +503,7 @@ def _install(settings: Settings) -> Cache:
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
+    import_hook.engage(settings)  # what it asks of Triton, once the program imports it
     return _cache
 
 
@@ -497,6 +513,11 @@ def configure(settings: Settings | None = None) -> Cache:
         cache = _install(settings if settings is not None else settings_from_env())
         cache.configured = True  # asked for: its summary line and long tunings' progress speak
         return cache
+
+
+def installed_cache() -> Cache | None:
+    """The process-wide cache if one was made yet (configured, or on first use), else None."""
+    return _cache
 
 
 def get_cache() -> Cache:

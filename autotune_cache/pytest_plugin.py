@@ -24,6 +24,8 @@ docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-p
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from autotune_cache.config.flags import (
@@ -31,6 +33,7 @@ from autotune_cache.config.flags import (
     MACRO_ENV_VAR,
 )
 from autotune_cache.foundation import env as autotune_env
+from autotune_cache.foundation.import_hook import when_triton_imported
 from autotune_cache.foundation.urls import docs_url
 from autotune_cache.pytest.options import (
     OPTIONS,
@@ -103,19 +106,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         return
     option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
     if option or early_config.getini("autotune_all_kernels"):
-        from autotune_cache.triton.routing import install
-
-        install()
+        _route_all_kernels()
 
 
-def _watch_triton_tuners() -> None:
-    """Patch Triton's Autotuner class (triton/classroute.py) where Triton is installed, so the
-    summary names the kernels that ran on Triton's own autotuner, and require-complete fails
-    any tuning there, routed or not."""
+def _route_all_kernels() -> None:
+    """The switch, installed when the run imports Triton (a conftest.py may set TRITON_INTERPRET
+    or other settings first: startup.py), or now if it did."""
     import importlib.util
 
-    if importlib.util.find_spec("triton") is not None:
-        import autotune_cache.triton  # noqa: F401 - patches at import
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is not None:
+        when_triton_imported(_install_routing)
+
+
+def _install_routing() -> None:
+    from autotune_cache.triton.routing import install
+
+    install()
 
 
 @pytest.hookimpl(trylast=True)
@@ -123,12 +129,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
         return
     settings, combined = resolve_settings(option_values(config))
-    _watch_triton_tuners()
     if settings.all_kernels:
-        # Before the test modules import the libraries whose kernels it routes.
-        from autotune_cache.triton.routing import install_from_settings
-
-        install_from_settings(settings)
+        # Before the test modules import the libraries whose kernels it routes. The watch on
+        # Triton's own tuners (strict mode) comes with the configured cache (startup.engage).
+        _route_all_kernels()
     plugin: object
     if _xdist_controller(config):
         plugin = XdistControllerPlugin(config, settings, combined)

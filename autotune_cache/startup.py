@@ -1,35 +1,72 @@
-"""What AUTOTUNE_FLAGS asks of a process before its first kernel launch, wherever it can be done.
+"""When the package touches Triton: at the program's own first `import triton`, never before.
 
-Two flags need work before any library builds its kernels:
-- `--autotune_all_kernels`: the switch that routes third-party kernels (triton/routing.py,
-  triton/classroute.py) must be on before a library decorates or constructs its tuners;
-- `--require_complete_autotune_results`: Triton's own Autotuner class must be watched
-  (classroute.patch), so that a tuning on Triton's autotuner fails instead of passing unseen.
+A user's program must behave exactly as without us, except that it tunes less. Triton reads
+settings at its import (`TRITON_INTERPRET` decides how `tl.sum` and `tl.max` are built,
+`TRITON_DEBUG` whether device-side asserts are kept), and programs set them in code: a
+conftest.py's `os.environ.setdefault("TRITON_INTERPRET", "1")` on a machine with no GPU, an
+example's environment module. So nothing here imports Triton. Whatever needs Triton is asked
+for with foundation/import_hook.py's `when_triton_imported(action)`: now if Triton is imported,
+else right after the program's own first `import triton`, before the module that imported it
+goes on, so before any library can decorate or construct its tuners.
 
-Two entry points do it:
-- `at_startup()`: the installed `autotune_cache_all_kernels.pth`, at interpreter start-up, in
-  every process whose AUTOTUNE_FLAGS mentions either flag;
-- `at_first_import()`: the first import of `autotune_cache`, in a process where the .pth did not
-  run (`python -S` / `-I`, or the package only on PYTHONPATH, whose .pth files Python never
-  processes). Installing there is in time when no library built tuners yet; those built before
-  are named in one warning that says why the flag came late and what to do.
+What is asked for, and by whom:
 
-Neither raises: start-up and imports must go on. A problem is one line (or one warning) that
-names the flag.
+- `--autotune_all_kernels` (the switch that routes third-party kernels, triton/routing.py) and
+  `--require_complete_autotune_results` (the watch on Triton's own Autotuner class,
+  triton/classroute.py), from AUTOTUNE_FLAGS:
+  - `at_startup()`: the installed `autotune_cache_all_kernels.pth`, at interpreter start-up, in
+    every process whose AUTOTUNE_FLAGS mentions either flag. It imports this module and the
+    package's `__init__` (both lazy: no protobuf, no Triton) and installs the finder;
+  - `at_first_import()`: the first import of `autotune_cache`, in a process where the .pth did
+    not run (`python -S`, or the package only on PYTHONPATH, whose .pth files Python never
+    processes). When Triton was imported before, the switch comes late for the tuners built
+    since: one warning names them, says why, and gives the fix.
+- `engage(settings)`: every cache the process configures (cache.py, through
+  foundation/import_hook.py's `engage`, which the package's `__init__` points here): the class
+  watch under the switch or strict mode, and the compile listener (plain-kernel warm-ups,
+  triton/warmups.py) when the cache loads or dumps results. Without any of these, Triton is
+  never written to (triton/hooks.py lists the writes).
+
+Nothing here raises: start-up and imports must go on. A problem is one line (or one warning)
+that names the flag.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-import warnings
+from typing import TYPE_CHECKING
 
-from autotune_cache.config.flags import ENV_VAR, settings_from_env
-from autotune_cache.foundation import env
+from autotune_cache.foundation import env, import_hook
+from autotune_cache.foundation.import_hook import when_triton_imported
 
+if TYPE_CHECKING:
+    from autotune_cache.config.flags import Settings
+
+ENV_VAR = "AUTOTUNE_FLAGS"
 ALL_KERNELS = "--autotune_all_kernels"
 REQUIRE_COMPLETE = "--require_complete_autotune_results"
 PTH_MARK = "_autotune_cache_pth_ran"  # set on sys by the .pth before it calls at_startup
+
+def engage(settings: Settings) -> None:
+    """What a configured cache asks of Triton (cache.py calls this for every cache it installs):
+    the watch on Triton's Autotuner class under the switch or strict mode, and the compile
+    listener when it loads or dumps results; nothing otherwise."""
+    watch = settings.all_kernels or settings.require_complete
+    listen = settings.dump_to is not None or bool(settings.load_from)
+    if (watch or listen) and _triton_installed():
+        when_triton_imported(lambda: _engage(watch, listen))
+
+
+def _engage(watch: bool, listen: bool) -> None:
+    if watch:
+        from autotune_cache.triton import classroute
+
+        classroute.patch()
+    if listen:
+        from autotune_cache.triton import warmups
+
+        warmups.install()
 
 
 def _mentioned() -> bool:
@@ -38,6 +75,8 @@ def _mentioned() -> bool:
 
 
 def _triton_installed() -> bool:
+    if "triton" in sys.modules:
+        return True
     try:
         return importlib.util.find_spec("triton") is not None
     except (ImportError, ValueError):
@@ -45,25 +84,22 @@ def _triton_installed() -> bool:
 
 
 def _apply(late: bool) -> None:
-    """Install the switch or the watch as the flags say; `late`: at the first import of the
-    package, not at start-up."""
-    settings = settings_from_env()
-    if not (settings.all_kernels or settings.require_complete):
-        return
-    if not _triton_installed():
-        if settings.all_kernels:
-            print(f"autotune_cache: {ENV_VAR} {ALL_KERNELS} has no effect: Triton is not "
-                  "installed in this Python, so there are no Triton kernels to route",
-                  file=sys.stderr)
-        return
-    import autotune_cache.triton  # noqa: F401 - patches Triton's Autotuner class at import
-    from autotune_cache.triton import routing
+    """Install the switch or the watch as AUTOTUNE_FLAGS says (Triton is imported); `late`:
+    Triton was imported before the package, so tuners may have been built before the switch."""
+    from autotune_cache.config.flags import settings_from_env
 
+    settings = settings_from_env()
+    if settings.require_complete or settings.all_kernels:
+        _engage(watch=True, listen=False)
     if not settings.all_kernels:
         return
+    from autotune_cache.triton import routing
+
     if not late:
         routing.install()
         return
+    import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", routing.UnroutedKernelsWarning)
         left = routing.install()
@@ -73,24 +109,35 @@ def _apply(late: bool) -> None:
         more = f"\n  and {len(kernels) - 10} more" if len(kernels) > 10 else ""
         warnings.warn(
             f"autotune_cache: {ENV_VAR} {ALL_KERNELS} took effect late: the start-up hook "
-            "(autotune_cache_all_kernels.pth) did not run in this process (python -S or -I, or "
-            "autotune_cache only on PYTHONPATH), so the switch was installed at the first import "
-            "of autotune_cache, after these were built; they stay on Triton's autotuner, "
-            f"uncached:\n{shown}{more}\nFix: import autotune_cache (or call "
-            "autotune_cache.triton.install()) before the libraries that build them, or "
-            "pip-install the package so that its start-up hook runs.",
-            routing.UnroutedKernelsWarning, stacklevel=3)
+            "(autotune_cache_all_kernels.pth) did not run in this process (python -S, or "
+            "autotune_cache only on PYTHONPATH) and Triton was imported before autotune_cache, "
+            "so the switch was installed at the first import of autotune_cache, after these "
+            f"were built; they stay on Triton's autotuner, uncached:\n{shown}{more}\nFix: "
+            "import autotune_cache (or call autotune_cache.triton.install()) before the "
+            "libraries that build them, or pip-install the package so that its start-up hook "
+            "runs.", routing.UnroutedKernelsWarning, stacklevel=4)
+
+
+def _apply_guarded(late: bool, where: str) -> None:
+    try:
+        _apply(late)
+    except Exception as e:  # noqa: BLE001 - start-up and imports must go on
+        first = (str(e).splitlines() or [""])[0]
+        print(f"autotune_cache: {where}: {ENV_VAR} {ALL_KERNELS} / {REQUIRE_COMPLETE} is not "
+              f"applied ({type(e).__name__}: {first}); Triton's own tuners are neither routed "
+              "nor watched", file=sys.stderr)
 
 
 def at_startup() -> None:
-    """The .pth hook's entry point (interpreter start-up)."""
-    try:
-        _apply(late=False)
-    except Exception as e:  # noqa: BLE001 - start-up of every Python process depends on this
-        first = (str(e).splitlines() or [""])[0]
-        print(f"autotune_cache: autotune_cache_all_kernels.pth: {ENV_VAR} is not applied at "
-              f"start-up ({type(e).__name__}: {first}); Triton's own tuners are neither routed "
-              "nor watched", file=sys.stderr)
+    """The .pth hook's entry point (interpreter start-up): the flags take effect when the
+    program imports Triton. Imports nothing else."""
+    if not _triton_installed():
+        if ALL_KERNELS[2:] in env.get(env.AUTOTUNE_FLAGS):
+            print(f"autotune_cache: {ENV_VAR} {ALL_KERNELS} has no effect: Triton is not "
+                  "installed in this Python, so there are no Triton kernels to route",
+                  file=sys.stderr)
+        return
+    when_triton_imported(lambda: _apply_guarded(False, "autotune_cache_all_kernels.pth"))
 
 
 def at_first_import() -> None:
@@ -99,10 +146,7 @@ def at_first_import() -> None:
     if hasattr(sys, PTH_MARK) or not _mentioned():
         return
     setattr(sys, PTH_MARK, True)  # once per process
-    try:
-        _apply(late=True)
-    except Exception as e:  # noqa: BLE001 - importing the package must not fail on this
-        first = (str(e).splitlines() or [""])[0]
-        print(f"autotune_cache: {ENV_VAR} {ALL_KERNELS} / {REQUIRE_COMPLETE} is not applied "
-              f"({type(e).__name__}: {first}); Triton's own tuners are neither routed nor "
-              "watched", file=sys.stderr)
+    if not _triton_installed():
+        return
+    late = import_hook.triton_imported()
+    when_triton_imported(lambda: _apply_guarded(late, "import autotune_cache"))

@@ -6,7 +6,6 @@ kernel's tuning results are looked up in, and recorded to, the tiers AUTOTUNE_FL
 cache; see docs/triton.md.
 """
 
-from autotune_cache.triton import classroute as _classroute
 from autotune_cache.triton.autotuner import (
     AllConfigsFailedError,
     Autotuner,
@@ -24,10 +23,28 @@ from autotune_cache.triton.routing import (
     uninstall,
 )
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
-from autotune_cache.triton.warmups import install as _install_warmups
 
-_install_warmups()  # Triton's compile hook: plain @triton.jit specializations (warmups.py)
-_classroute.patch()  # Triton's own tuners: routed while install() is on, watched always
+
+def _engage_from_flags() -> None:
+    """Importing this package writes nothing into Triton (hooks.py). A process configured by
+    AUTOTUNE_FLAGS alone makes its cache at its first autotuned launch; what those flags ask of
+    Triton (startup.engage) is asked for now instead, so that plain kernels compiled before that
+    launch are recorded or compiled ahead too. A bad flag is left to that launch to report."""
+    from autotune_cache.cache import installed_cache
+    from autotune_cache.config.flags import settings_from_env
+    from autotune_cache.errors import AutotuneCacheError
+    from autotune_cache.foundation import import_hook
+
+    if installed_cache() is not None:
+        return  # engaged when it was made
+    try:
+        settings = settings_from_env()
+    except AutotuneCacheError:
+        return
+    import_hook.engage(settings)
+
+
+_engage_from_flags()
 
 __all__ = [
     "INTERPRETER_DEVICE",

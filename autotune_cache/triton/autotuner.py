@@ -193,7 +193,7 @@ class Autotuner(_TritonAutotuner):
             memo = triton_style_key(self.arg_names, self.keys, all_args)
             config = self.cache.get(memo)
             if config is None:
-                config, tuned = self._select(args, kwargs, all_args)
+                config, tuned = self._select(args, kwargs, all_args, memo)
                 self.cache[memo] = config
                 if tuned is None:  # provisional; the listener is told when the tuning is done
                     self._provisional.add(memo)
@@ -275,10 +275,12 @@ class Autotuner(_TritonAutotuner):
             return [k.result() if hasattr(k, "result") else k for k in compile_all()]
 
     def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
-                all_args: Mapping[str, Any]) -> tuple[Any, bool | None]:
+                all_args: Mapping[str, Any], memo: tuple | None = None
+                ) -> tuple[Any, bool | None]:
         """The best config for this launch, from the cache tiers, another process, or tuning;
         and whether this process tuned it (None: a provisional config, the tuning is deferred
-        to the end of the dump run).
+        to the end of the dump run). `memo`: the launch's Triton-style memo, computed once by
+        the caller (a test's direct call leaves it to be computed here).
 
         A candidate list pruned to one config is launched as it is, with no cache and no
         benchmark, as Triton >= 3.7 does (and as a single config always is)."""
@@ -297,11 +299,15 @@ class Autotuner(_TritonAutotuner):
             else:
                 preload.first_launch(self, key, cache)
                 warmups.start(cache)  # plain @triton.jit specializations, if loaded
-        tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
-        memo = triton_style_key(self.arg_names, self.keys, all_args)
-        provisional: list[Any] = []
-
         candidates = [config_to_proto(c) for c in pruned]
+        # Entries from shared tiers are untrusted: a winner that is not one of these candidates
+        # is a damaged entry (a miss), never launched.
+        entry = cache.hit(key, candidates)
+        if entry is not None:  # a hit: nothing is built for a tuning, the winner is launched
+            self._await_preload(key)
+            return winning_candidate(entry, self._take(entry, pruned)), False
+        tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
+        provisional: list[Any] = []
         never_reuse = [i for i, c in enumerate(pruned) if has_extras(c)]
 
         def defer(finish: Callable[[], Resolved]) -> bool:
@@ -312,9 +318,9 @@ class Autotuner(_TritonAutotuner):
                 provisional.append(config)
             return config is not None
 
-        # Entries from shared tiers are untrusted: a winner that is not one of these candidates
-        # is a damaged entry (a miss), never launched.
-        resolved = cache.resolve_or_defer(
+        if memo is None:
+            memo = triton_style_key(self.arg_names, self.keys, all_args)
+        resolved = cache.tune_or_defer(
             key, candidates, tuning, timing_method=tuning.benchmark.method,
             never_reuse=never_reuse, defer=defer if deferred.applies(cache, tuning) else None)
         if resolved is None:  # tuned at the end of the dump run (deferred.py)
@@ -322,26 +328,32 @@ class Autotuner(_TritonAutotuner):
             return provisional[0], None
         return self._adopt(resolved, key, tuning, kwargs)
 
-    def _adopt(self, resolved: Resolved, key: CacheKey | None, tuning: KernelTuning,
-               kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
-        """The candidate that `resolved` names, with this tuner's state (last_entry,
-        configs_timings) set from it; and whether this process tuned it."""
-        pruned = tuning.configs
-        entry = self.last_entry = resolved.entry
+    def _take(self, entry: pb.Entry, pruned: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """Set this tuner's state from `entry` (last_entry, configs_timings, as Triton's tuner
+        leaves them); its timings paired with the candidates."""
+        self.last_entry = entry
         pairs = match_candidates(entry, pruned)
         self.configs_timings = {
             config: [float("inf") if t.failure else t.time_ms] * len(bench_mod.QUANTILES)
             for config, t in pairs}
+        return pairs
+
+    def _adopt(self, resolved: Resolved, key: CacheKey | None, tuning: KernelTuning,
+               kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+        """The candidate that `resolved` names, with this tuner's state set from it; and
+        whether this process tuned it (not when a peer process or a shared tier had it)."""
+        pruned = tuning.configs
+        pairs = self._take(resolved.entry, pruned)
         if resolved.winner is None:
             if key is not None:
                 self._await_preload(key)
-            return winning_candidate(entry, pairs), False
+            return winning_candidate(resolved.entry, pairs), False
         best = pruned[resolved.winner]
         if tuning.measured:  # as Triton does after benchmarking, with the winner's meta-parameters
             self.pre_hook(self.full_nargs(best, kwargs), reset_only=True)
         assert tuning.progress is not None
-        tuning.progress.finished(describe_config(best), entry.result.time_ms,
-                                 entry.result.tuning_seconds)
+        tuning.progress.finished(describe_config(best), resolved.entry.result.time_ms,
+                                 resolved.entry.result.tuning_seconds)
         return best, True
 
     def adopt_deferred(self, resolved: Resolved, tuning: KernelTuning, memo: tuple) -> None:

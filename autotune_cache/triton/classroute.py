@@ -42,7 +42,7 @@ from triton.runtime import autotuner as _triton_autotuner
 
 from autotune_cache.cache import get_cache
 from autotune_cache.errors import UnroutedTuningError
-from autotune_cache.triton import preload
+from autotune_cache.triton import hooks, preload
 from autotune_cache.triton.autotuner import Autotuner
 from autotune_cache.triton.fingerprint import qualified_name
 from autotune_cache.triton.problem import triton_style_key
@@ -247,9 +247,7 @@ def patch() -> None:
         _originals.update({"__init__": init, "run": TritonAutotuner.run,
                            "_bench": TritonAutotuner._bench, "signature": signature,
                            "var_keyword": var_keyword})
-        for name, wrapper in (("__init__", _init), ("run", _run), ("_bench", _bench)):
-            wrapper.__doc__ = getattr(TritonAutotuner, name).__doc__
-            setattr(TritonAutotuner, name, wrapper)
+        hooks.wrap_methods(TritonAutotuner, {"__init__": _init, "run": _run, "_bench": _bench})
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune_cache.triton import process, scheduler
+from autotune_cache.triton import hooks, process, scheduler
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.scheduler import Lane, Priority
@@ -141,24 +141,13 @@ def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int],
     def now(i: int) -> None:
         current[0] = i
 
-    knobs = runtime_knobs()
-    if knobs is None:
-        yield now
-        return
-    previous = knobs.jit_cache_hook
-
-    def hook(*args: Any, **kw: Any) -> Any:
+    def record(kw: dict[str, Any]) -> None:
         data = (kw.get("compile") or {}).get("specialization_data")
-        if data and current[0] >= 0 and threading.current_thread() is owner:
+        if data and current[0] >= 0:
             specs[current[0]] = portable_specialization(data)
-        return previous(*args, **kw) if previous is not None else None
 
-    owner = threading.current_thread()
-    knobs.jit_cache_hook = hook
-    try:
+    with hooks.recording(record):
         yield now
-    finally:
-        knobs.jit_cache_hook = previous
 
 
 def portable_specialization(data: str) -> str:
@@ -200,16 +189,6 @@ def _triton_root() -> str:
 @functools.lru_cache(maxsize=64)
 def _real_path(path: str) -> str:
     return os.path.realpath(path)
-
-
-def runtime_knobs() -> Any:
-    """triton.knobs.runtime, or None on a Triton without it."""
-    try:
-        from triton import knobs
-    except ImportError:
-        return None
-    runtime = getattr(knobs, "runtime", None)
-    return runtime if runtime is not None and hasattr(runtime, "jit_cache_hook") else None
 
 
 def compile_cost(config: Any) -> float:

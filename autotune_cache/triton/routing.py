@@ -47,7 +47,7 @@ from triton.runtime import autotuner as _triton_autotuner
 
 from autotune_cache.config.flags import Settings
 from autotune_cache.foundation.urls import docs_url
-from autotune_cache.triton import classroute
+from autotune_cache.triton import classroute, hooks
 from autotune_cache.triton.autotuner import Autotuner, autotune
 from autotune_cache.triton.fingerprint import python_function, qualified_name
 
@@ -229,9 +229,10 @@ def install() -> list[Unrouted]:
             for module in _triton_holders():
                 previous = module.autotune  # type: ignore[attr-defined]
                 if previous is TRITON_AUTOTUNE:
-                    module.autotune = routed_autotune  # type: ignore[attr-defined]
+                    hooks.set_attribute(module, "autotune", routed_autotune)
                     _patched.append((module, previous))
-            classroute.set_capturing(True)  # Triton's class is patched at the package's import
+            classroute.patch()  # Triton's own class: its tuners are routed too (classroute.py)
+            classroute.set_capturing(True)
             log.debug("autotune_cache: triton.autotune routed through the cache in %s",
                       ", ".join(m.__name__ for m, _ in _patched))
         return check_unrouted(stacklevel=3)
@@ -269,7 +270,7 @@ def uninstall() -> None:
         while _patched:
             module, previous = _patched.pop()
             if getattr(module, "autotune", None) is routed_autotune:
-                module.autotune = previous  # type: ignore[attr-defined]
+                hooks.set_attribute(module, "autotune", previous)
 
 
 @contextlib.contextmanager

@@ -59,12 +59,8 @@ from autotune_cache import cache as cache_module
 from autotune_cache.cache import Cache
 from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.triton import preload, process
-from autotune_cache.triton.compile import (
-    failure_reason,
-    portable_specialization,
-    runtime_knobs,
-)
+from autotune_cache.triton import hooks, preload, process
+from autotune_cache.triton.compile import failure_reason, portable_specialization
 from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import source_fingerprint
 
@@ -112,34 +108,10 @@ class _Current:
         self.process: _Process | None = None
 
 
-# What was installed into Triton (the interpreter's, kept by a forked child: process.py).
-_install_lock = threading.Lock()
-_installed = False
-_previous: Any = None
-
-
 def install() -> None:
-    """Chain our hook in front of Triton's `jit_cache_hook` (once per process; no Triton with
-    the knob, nothing). Costs nothing until Triton compiles."""
-    global _installed, _previous
-    with _install_lock:
-        if _installed:
-            return
-        knobs = runtime_knobs()
-        if knobs is None:
-            return
-        _previous = knobs.jit_cache_hook
-        knobs.jit_cache_hook = _hook
-        _installed = True
-
-
-def _hook(*args: Any, **kw: Any) -> Any:
-    try:
-        _on_compile(kw)
-    except Exception as e:  # noqa: BLE001 - never in the way of the user's launch
-        log.debug("autotune_cache: warm-up hook: %s", failure_reason(e))
-    previous = _previous
-    return previous(*args, **kw) if previous is not None else None
+    """Listen to every compile Triton starts (hooks.py's one `jit_cache_hook` dispatcher): what
+    a process that loads or dumps results needs. Costs nothing until Triton compiles."""
+    hooks.set_compile_listener(_on_compile)
 
 
 def _on_compile(kw: dict[str, Any]) -> None:

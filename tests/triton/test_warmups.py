@@ -18,7 +18,7 @@ from autotune_cache.cli import main as cli_main
 from autotune_cache.formats import load_results
 from autotune_cache.foundation.key import CacheKey, is_warmup
 from autotune_cache.resultsets.ours import WARMUP_LABEL
-from autotune_cache.triton import autotune, warmups
+from autotune_cache.triton import autotune, hooks, warmups
 from autotune_cache.triton.compile import portable_specialization
 from tests.triton import kernels
 
@@ -124,7 +124,7 @@ def test_recorded_specializations_name_no_path_of_this_machine():
 
 
 def _compile_event(jit_fn: object, spec: str) -> None:
-    warmups._hook(key="k", fn=SimpleNamespace(jit_function=jit_fn),
+    hooks._dispatch(key="k", fn=SimpleNamespace(jit_function=jit_fn),
                   compile={"key": "k", "specialization_data": spec}, is_manual_warmup=False)
 
 
