@@ -270,8 +270,10 @@ class DumpFile:
         except FileNotFoundError:
             return
         except OSError:  # another file system, or no hard links: a copy
-            with contextlib.suppress(OSError):
+            try:
                 shutil.copyfile(self._target, snapshot)
+            except OSError:  # a full temp directory: no snapshot, never a cut-off one
+                snapshot.unlink(missing_ok=True)
 
     def load_path(self, path: Path) -> Path:
         """Where to read `path`, a file to load: the run's snapshot when it is this dump's path
