@@ -100,7 +100,9 @@ class DumpRun:
             except Exception as e:  # noqa: BLE001 - raised below, after the others ran
                 failure = failure or e
         if failure is not None:
-            self.flush()
+            # What the others recorded is written, as a failed run's dump: the key that could
+            # not be tuned keeps the entry the file held for it.
+            self._close(failed=True)
             raise failure
 
     def finish(self, *, failed: bool = False) -> int:
@@ -109,6 +111,9 @@ class DumpRun:
         entries it held before that this run did not reproduce (DumpFile.close). The root
         shows the dump's line (unless show_line_elsewhere)."""
         self._run_finishers()
+        return self._close(failed=failed)
+
+    def _close(self, *, failed: bool) -> int:
         with self._lock:
             if self.file is None:
                 return 0
