@@ -145,7 +145,7 @@ def at_first_import() -> None:
     not run and the flags ask for it."""
     if hasattr(sys, PTH_MARK) or not _mentioned():
         return
-    setattr(sys, PTH_MARK, True)  # once per process
+    vars(sys)[PTH_MARK] = True  # once per process
     if not _triton_installed():
         return
     late = import_hook.triton_imported()

@@ -30,6 +30,8 @@ AUTOTUNE_DUMP_RUN = "AUTOTUNE_DUMP_RUN"
 TRITON_PRINT_AUTOTUNING = "TRITON_PRINT_AUTOTUNING"
 TRITON_INTERPRET = "TRITON_INTERPRET"
 TRITON_CACHE_DIR = "TRITON_CACHE_DIR"
+TRITON_CACHE_MANAGER = "TRITON_CACHE_MANAGER"
+TRITON_REMOTE_CACHE_BACKEND = "TRITON_REMOTE_CACHE_BACKEND"
 TEST_TMPDIR = "TEST_TMPDIR"
 TEST_TOTAL_SHARDS = "TEST_TOTAL_SHARDS"
 TEST_UNDECLARED_OUTPUTS_DIR = "TEST_UNDECLARED_OUTPUTS_DIR"
@@ -92,6 +94,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(TRITON_CACHE_DIR, "you, or autotune_cache in Bazel tests", "triton.sandbox",
              "Triton's compile cache; set to `$TEST_TMPDIR/triton_cache` in Bazel tests when "
              "unset"),
+    Variable(TRITON_CACHE_MANAGER, "you, or autotune_cache under "
+             "`--autotune_remote_compile_cache`", "triton.remote_compile",
+             "Triton's compile cache manager; a value of yours is kept (the flag then warns and "
+             "stays off), ours is set while the flag is on and removed when it no longer is"),
+    Variable(TRITON_REMOTE_CACHE_BACKEND, "autotune_cache under "
+             "`--autotune_remote_compile_cache`", "triton.remote_compile",
+             "see `TRITON_CACHE_MANAGER`"),
     Variable(TEST_TOTAL_SHARDS, "Bazel", "cache", "a dump refuses to run in more than one shard"),
     Variable(TEST_UNDECLARED_OUTPUTS_DIR, "Bazel", "store.stats, config.flags",
              "where `autotune_report.json` goes; the `TEST_UNDECLARED_OUTPUTS_DIR/` path prefix"),
@@ -183,6 +192,23 @@ def set_dump_run(value: str | None) -> None:
         environ().pop(AUTOTUNE_DUMP_RUN, None)
     else:
         environ()[AUTOTUNE_DUMP_RUN] = value
+
+
+def triton_cache_manager() -> tuple[str, str]:
+    """($TRITON_CACHE_MANAGER, $TRITON_REMOTE_CACHE_BACKEND), each '' when unset."""
+    return get(TRITON_CACHE_MANAGER), get(TRITON_REMOTE_CACHE_BACKEND)
+
+
+def set_triton_cache_manager(manager: str | None, backend: str | None) -> None:
+    """Set both (None: remove both) for this process and its children: Triton reads them at
+    each compile (triton.remote_compile)."""
+    mapping = environ()
+    if manager is None or backend is None:
+        mapping.pop(TRITON_CACHE_MANAGER, None)
+        mapping.pop(TRITON_REMOTE_CACHE_BACKEND, None)
+    else:
+        mapping[TRITON_CACHE_MANAGER] = manager
+        mapping[TRITON_REMOTE_CACHE_BACKEND] = backend
 
 
 def total_shards() -> int:

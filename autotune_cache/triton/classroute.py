@@ -105,10 +105,9 @@ class Route:
             shadow = Autotuner(**arguments)
             shadow.kernel_name = qualified_name(owner.fn)
             # The library's hooks as its constructor left them (fla replaces Triton's defaults).
-            for name in ("pre_hook", "post_hook", "user_defined_pre_hook",
-                         "user_defined_post_hook"):
-                if name in vars(owner):
-                    setattr(shadow, name, getattr(owner, name))
+            vars(shadow).update({name: vars(owner)[name] for name in (
+                "pre_hook", "post_hook", "user_defined_pre_hook", "user_defined_post_hook")
+                if name in vars(owner)})
             vars(shadow)[SHADOW_ATTR] = True
             preload.decorated(shadow)
             self.shadow, self._configs = shadow, owner.configs

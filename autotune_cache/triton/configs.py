@@ -69,11 +69,9 @@ def _param_proto(name: str, value: Any) -> pb.Param:
 
 def config_to_proto(config: Any) -> pb.Config:
     """The results-file form of a triton.Config (meta-parameters sorted by name)."""
-    msg = pb.Config(params=[_param_proto(k, config.kwargs[k]) for k in sorted(config.kwargs)])
-    for option, value in _config_options(config).items():
-        if value is not None:
-            setattr(msg, option, int(value))
-    return msg
+    options = {o: int(v) for o, v in _config_options(config).items() if v is not None}
+    return pb.Config(params=[_param_proto(k, config.kwargs[k]) for k in sorted(config.kwargs)],
+                     **options)
 
 
 def config_from_proto(msg: pb.Config) -> Any:

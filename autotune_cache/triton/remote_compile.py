@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("autotune_cache")
 
-TRITON_CACHE_MANAGER = "TRITON_CACHE_MANAGER"
-TRITON_REMOTE_CACHE_BACKEND = "TRITON_REMOTE_CACHE_BACKEND"
+TRITON_CACHE_MANAGER = env.TRITON_CACHE_MANAGER
+TRITON_REMOTE_CACHE_BACKEND = env.TRITON_REMOTE_CACHE_BACKEND
 REMOTE_MANAGER = "triton.runtime.cache:RemoteCacheManager"
 BACKEND = f"{__name__}:RedisCompileBackend"
 NAMESPACE = "autotune_cache:v1:triton"
@@ -128,8 +128,7 @@ def enable(url: str, *, read_only: bool = False) -> bool:
     state = _remote()
     _secret()
     state.read_only = read_only
-    environ = env.environ()
-    current = environ.get(TRITON_CACHE_MANAGER)
+    current, _ = env.triton_cache_manager()
     if current and current != REMOTE_MANAGER:
         log.warning("autotune_cache: --autotune_remote_compile_cache is ignored: "
                     "TRITON_CACHE_MANAGER=%s is set; unset it to share compiled kernels on %s",
@@ -138,8 +137,7 @@ def enable(url: str, *, read_only: bool = False) -> bool:
     with state.lock:
         if state.url != url:
             state.url, state.client, state.available = url, None, True
-    environ[TRITON_CACHE_MANAGER] = REMOTE_MANAGER
-    environ[TRITON_REMOTE_CACHE_BACKEND] = BACKEND
+    env.set_triton_cache_manager(REMOTE_MANAGER, BACKEND)
     return True
 
 
@@ -165,12 +163,9 @@ def disable() -> None:
     variables are removed only while they still name our backend, so a user's own cache manager
     is never touched, and the next `enable` connects afresh."""
     state = _remote()
-    environ = env.environ()
-    if (environ.get(TRITON_CACHE_MANAGER) != REMOTE_MANAGER
-            or environ.get(TRITON_REMOTE_CACHE_BACKEND) != BACKEND):
+    if env.triton_cache_manager() != (REMOTE_MANAGER, BACKEND):
         return
-    del environ[TRITON_CACHE_MANAGER]
-    del environ[TRITON_REMOTE_CACHE_BACKEND]
+    env.set_triton_cache_manager(None, None)
     with state.lock:
         state.url, state.client, state.available = None, None, True
 

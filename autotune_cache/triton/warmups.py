@@ -66,9 +66,10 @@ from autotune_cache.triton.fingerprint import source_fingerprint
 
 log = logging.getLogger(__name__)
 
-# Set on the JIT function of every tuner of ours (autotuner.py): its compiles are candidates or
-# winners, recorded with the tuned entries.
-TUNED = "_autotune_cache_tuned"
+# The JIT function of every tuner of ours (autotuner.py), by id, held weakly: its compiles are
+# candidates or winners, recorded with the tuned entries. Kept here, not as an attribute of the
+# user's function (nothing is written onto Triton's objects).
+_tuned: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 # How many frames up a compile is looked at for a Triton autotuner's benchmark.
 _FRAMES = 40
 
@@ -77,9 +78,14 @@ def mark_tuned(kernel: Any) -> None:
     """Mark the JIT function under a tuner of ours (and each wrapper between): its compiles are
     that tuner's candidates and winners, recorded with its entries, never as warm-ups."""
     while kernel is not None and not inspect.isfunction(kernel):
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(kernel, TUNED, True)
+        with contextlib.suppress(TypeError):  # one that cannot be referenced weakly
+            _tuned[id(kernel)] = kernel
         kernel = getattr(kernel, "fn", None)
+
+
+def is_tuned(kernel: Any) -> bool:
+    """Whether `kernel` is (under) a tuner of ours (mark_tuned)."""
+    return _tuned.get(id(kernel)) is kernel
 
 
 @dataclass
@@ -177,7 +183,7 @@ def _full_name(jit_fn: Any) -> str | None:
 # ----- recording ------------------------------------------------------------------------------
 
 def _record(state: _Process, jit_fn: Any, spec: str) -> None:
-    if getattr(jit_fn, TUNED, False) or _under_triton_autotuner():
+    if is_tuned(jit_fn) or _under_triton_autotuner():
         return
     name = _full_name(jit_fn)
     if name is None:
@@ -206,7 +212,7 @@ def _under_triton_autotuner() -> bool:
         if frame is None:
             return False
         owner = frame.f_locals.get("self")
-        if isinstance(owner, TritonAutotuner) and not getattr(owner.fn, TUNED, False):
+        if isinstance(owner, TritonAutotuner) and not is_tuned(owner.fn):
             return True  # ours subclass Triton's, and their kernels are marked
         frame = frame.f_back
     return False
@@ -233,7 +239,7 @@ def _scan(state: _Process) -> None:
         state.pending -= set(found)
         queued = 0
         for name, jit_fn in sorted(found.items()):
-            if jit_fn is None or getattr(jit_fn, TUNED, False):
+            if jit_fn is None or is_tuned(jit_fn):
                 continue
             device, chain = _device(state)
             try:
