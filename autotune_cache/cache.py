@@ -433,16 +433,16 @@ class Cache:
         self.dump_run.before_final(finisher)
 
     def finish_dump(self, *, failed: bool = False) -> int:
-        """The dump's last write, after the finishers (before_final_dump); the number of
-        entries the dump holds. Later lookups are not dumped. `failed`: the run failed (a
-        runner knows: pytest's exit status, the test's), so the entries the file held before
-        that this run did not reproduce are kept (DumpFile.close); a passing run's dump holds
-        exactly its own entries."""
+        """The dump's one write, after the finishers (before_final_dump); the number of entries
+        the dump holds. Later lookups are not dumped. `failed`: the run failed (a runner knows:
+        pytest's exit status, the test's; a plain process, an uncaught exception), so the
+        entries the file held before that this run did not reproduce are kept; a passing full
+        run replaces what it owns (store/dumprule.py)."""
         return self.dump_run.finish(failed=failed)
 
     @property
     def dump_kept(self) -> int:
-        """How many entries the last finish_dump kept from the file because the run failed."""
+        """How many of the file's earlier entries the last finish_dump kept (dumprule.py)."""
         return self.dump_run.kept
 
     def note_bypassed(self) -> None:
@@ -453,9 +453,9 @@ class Cache:
         kernels = (stats.kernels_ran_on_triton | stats.kernels_on_triton) & self.loaded_kernels()
         stats.loaded_on_triton = {k: self.loaded_cost(k)[0] for k in sorted(kernels)}
 
-    def close(self) -> None:
-        """Final dump write and the exit summary."""
-        self.finish_dump()
+    def close(self, *, failed: bool = False) -> None:
+        """Final dump write (`failed`: see finish_dump) and the exit summary."""
+        self.finish_dump(failed=failed)
         self.note_bypassed()
         self.stats.report_at_exit(configured=self.configured)
 
@@ -482,8 +482,11 @@ def _at_exit() -> None:
     since an exception in an atexit callback would only be printed and ignored."""
     if _cache is None:
         return
+    # An uncaught exception ended the program (Python sets sys.last_value as it prints it):
+    # its dump is a failed run's, which drops nothing it did not reproduce.
+    crashed = getattr(sys, "last_value", None) is not None
     try:
-        _cache.close()
+        _cache.close(failed=crashed)
     except Exception as e:  # noqa: BLE001 - any failure here must fail the process, by name
         text = str(e) if isinstance(e, (AutotuneCacheError, OSError)) else (
             f"writing the dump at exit failed ({type(e).__name__}: {e})")

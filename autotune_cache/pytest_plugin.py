@@ -17,8 +17,8 @@ AUTOTUNE_FLAGS alone configures the library exactly as outside pytest.
   launch, failing that test only; a test that swallows the error is failed after its call with
   the same message.
 - Under pytest-xdist every worker dumps to its own partial file and the controller merges them;
-  without a cache directory the workers share a temporary one. Entries that still differ between
-  workers are refused by name and the partial files are kept.
+  without a cache directory the workers share a temporary one. A key two workers tuned
+  differently keeps the faster winner, and a warning names each such key.
 docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-plugin.md.
 """
 

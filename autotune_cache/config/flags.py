@@ -197,16 +197,17 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("dump_autotune_results_to", "dump_to", "PATH  write every entry used or produced",
           lambda f, v, env: resolve_path(_need(f, v), f, env, create_parent=True),
           "--dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto",
-          "write exactly the entries this run (this process and the processes it starts) used "
-          "or tuned, atomically, after each new result and at exit (an empty dump is still "
-          "written); entries the file held before are dropped "
-          "([cache.md](cache.md#the-dump))"),
+          "write the entries this run (this process and the processes it starts) used or "
+          "tuned, atomically, once, at the end of the run; an existing file keeps every entry "
+          "the run could not have reproduced (other devices and toolchains; in a subset or "
+          "failed run, everything it did not write) and the dump line says what it kept and "
+          "dropped ([cache.md](cache.md#the-dump))"),
     _Flag("autotune_dump_merge", "dump_merge",
-          "[=true|false]  the dump keeps the entries its file held before this run",
+          "[=true|false]  the dump keeps every entry its file held before this run",
           lambda f, v, env: _parse_bool(f, v),
           "--autotune_dump_merge",
-          "the dump also keeps the entries its file held before the run (incremental dumps; "
-          "the run's entry wins on a key)"),
+          "the dump keeps every entry its file held before the run, this device's unused ones "
+          "too (a file built from several separate runs; the run's entry wins on a key)"),
     _Flag("require_complete_autotune_results", "require_complete",
           "[=true|false]  a miss is an error instead of a re-tune",
           lambda f, v, env: _parse_bool(f, v),

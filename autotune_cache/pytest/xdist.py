@@ -1,6 +1,7 @@
 """The plugin in pytest-xdist's controller: hands the workers their partial-dump and shared
-cache paths, sums their counters, and writes the run's dump from theirs (refusing differing
-results for one key; a killed controller's partial dumps are swept by the next run)."""
+cache paths, sums their counters, and writes the run's dump from theirs (a key tuned differently
+by two workers keeps the faster winner, named in a warning; a killed controller's partial dumps
+are swept by the next run)."""
 
 from __future__ import annotations
 

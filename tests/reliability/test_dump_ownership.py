@@ -179,3 +179,23 @@ cache.record(fake_tune(make_key(problem={{"M": 4}})))
     assert res.rc == 0, res.text
     assert sorted(e.key.problem for e in load_results(dump)) == ["M=1", "M=2", "M=3", "M=4"]
     assert res.err.count("dump: wrote") == 1, res.err
+
+
+def test_a_process_that_dies_of_an_uncaught_exception_drops_nothing(tmp_path):
+    """A plain process's dump is written at its exit; one that ended with an uncaught exception
+    did not complete, so its dump is a failed run's: this device's entries it did not reproduce
+    are kept, not dropped as no longer used."""
+    dump = shared_file(tmp_path / "cache.textproto")
+    res = run_python(f"""
+from pathlib import Path
+from autotune_cache import Settings, configure, get_cache
+from autotune_cache.foundation.key import Device
+from tests.cachetools import fake_tune, make_key
+dump = Path({str(dump)!r})
+configure(Settings(load_from=(dump,), dump_to=dump))
+get_cache().record(fake_tune(make_key(problem={{"M": 3}}, device=Device(name="cpu (interpreter)"))))
+raise RuntimeError("the program failed")
+""")
+    assert res.rc == 1 and "RuntimeError: the program failed" in res.err, res.text
+    assert ("old", 9, "cpu") in where(dump) and ("matmul", 3, "cpu") in where(dump), res.err
+    assert "[failed run]" in res.err, res.err
