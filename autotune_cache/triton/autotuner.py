@@ -1,13 +1,15 @@
 """`Autotuner`: triton.autotune's tuner, with the results cache in front of the benchmark.
 
-On a launch with a problem it has not seen in this process, the tuner builds the cache key
-(kernel source fingerprint, candidate-list fingerprint, problem, device, toolchain) and hands it,
-with its candidates and a tune callback (tune.KernelTuning), to `Cache.resolve`, which runs the
-tuning protocol: lookup in memory -> loaded files -> cache directory -> remote server, the key's
-cross-process lock and the re-read after waiting for a peer, reuse of recorded timings, tuning
-what is left, recording the winner. On a hit the recorded winner is launched: nothing is
-benchmarked and only the winner is ever compiled (preload.py may have compiled it already: the
-first launch of the process starts compiling every decorated kernel's loaded winners).
+The tuner keeps what Triton's keeps (its candidates, Triton's memo `self.cache`, `best_config`,
+`configs_timings`) and the hit path: a launch whose memo it has resolved before is launched at
+once (`run`). A launch of a problem it has not seen in this process builds the cache key (kernel
+source fingerprint, candidate-list fingerprint, problem, device, toolchain) and asks
+`engine.resolve`, which reads top to bottom: the cache tiers (memory -> loaded files -> cache
+directory -> remote server), then a tuning (the key's cross-process lock, a peer's result,
+recorded timings reused, the rest benchmarked) or, in a dump run, a tuning deferred to the end.
+On a hit the recorded winner is launched: nothing is benchmarked, nothing is built for a tuning,
+and only the winner is ever compiled (maybe already, ahead: the first launch of the process
+starts compiling every decorated kernel's loaded winners on the one compile pool).
 """
 
 from __future__ import annotations
@@ -17,30 +19,25 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from triton import knobs
 from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 
-from autotune_cache.cache import get_cache
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.foundation.key import CacheKey
-from autotune_cache.foundation.urls import docs_url
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import Resolved
 from autotune_cache.triton import bench as bench_mod
-from autotune_cache.triton import deferred, preload, process, remote_compile, scheduler, warmups
+from autotune_cache.triton import engine
 from autotune_cache.triton.configs import (
-    config_to_proto,
     configs_fingerprint,
     describe_config,
-    has_extras,
     match_candidates,
     winning_candidate,
 )
-from autotune_cache.triton.device import current_device, interpreter_active, toolchain
+from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import heuristics_fingerprint, source_fingerprint
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.problem import problem_key, triton_style_key
-from autotune_cache.triton.sandbox import ensure_triton_cache_dir
-from autotune_cache.triton.scheduler import Priority
 from autotune_cache.triton.tune import ConflictingMetaParametersError, KernelTuning
 
 # AllConfigsFailedError (raised by the cache: errors.py), ConflictingMetaParametersError
@@ -49,23 +46,6 @@ __all__ = ["AllConfigsFailedError", "Autotuner", "ConflictingMetaParametersError
            "match_candidates"]
 
 log = logging.getLogger(__name__)
-
-class _Said:
-    """What this process has said once (process.py)."""
-
-    def __init__(self) -> None:
-        self.cache_results = False
-
-
-def _log_cache_results_superseded() -> None:
-    """Say once per process, at debug level, that Triton's own results cache is not used."""
-    said = process.current().part(_Said)
-    if not said.cache_results:
-        said.cache_results = True
-        log.debug("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) is "
-                  "superseded: tuning results are cached through AUTOTUNE_FLAGS, not in "
-                  "Triton's compile cache (see %s)", docs_url("triton.md"))
-
 
 class Autotuner(_TritonAutotuner):
     """Drop-in for triton.runtime.autotuner.Autotuner whose results persist in autotune_cache.
@@ -80,21 +60,25 @@ class Autotuner(_TritonAutotuner):
                  prune_configs_by: dict[str, Any] | None = None,
                  warmup: float | None = None, rep: float | None = None,
                  use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
-                 cache_results: bool = False, **triton_kwargs: Any) -> None:
+                 cache_results: bool = False, kernel_name: str | None = None,
+                 **triton_kwargs: Any) -> None:
         # warmup/rep/use_cuda_graph are ours to interpret; Triton would warn they are deprecated.
         # Arguments we do not know (from a newer Triton) go to Triton's constructor as given.
         super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value,
                          pre_hook=pre_hook, post_hook=post_hook,
                          prune_configs_by=prune_configs_by, do_bench=do_bench, **triton_kwargs)
-        ensure_triton_cache_dir()  # at decoration: before this kernel's first compile
         self.bench_warmup = warmup
         self.bench_rep = rep
         self.use_cuda_graph = use_cuda_graph
         self.user_do_bench = do_bench
-        if cache_results or self.cache_results:
-            _log_cache_results_superseded()
-        self.cache_results = False  # our cache replaces Triton's; the argument is accepted only
-        self.kernel_name = self.base_fn.__name__
+        # Triton's own per-machine results file is replaced by the directory tier in Triton's
+        # cache location (engine.honour_cache_results), unless the flags say where results live.
+        # (Triton itself ignores both under its interpreter; we tune there too, so we do not.)
+        self.persist_results = bool(cache_results or self.cache_results
+                                    or getattr(getattr(knobs, "autotuning", None), "cache", False))
+        self.cache_results = False
+        # The key's kernel name: the function's, or the module-qualified one routing gives.
+        self.kernel_name = kernel_name or self.base_fn.__name__
         self.configs_timings: dict[Any, list[float]] = {}
         self.bench_time = 0.0
         self.last_entry: pb.Entry | None = None
@@ -114,8 +98,7 @@ class Autotuner(_TritonAutotuner):
         # The heuristics' lambdas are hashed by their source text, read now (as Triton reads the
         # kernel's), so an edit to the file after import is not mistaken for the running code.
         self._heuristics_fingerprint = heuristics_fingerprint(fn)
-        preload.register(self)
-        warmups.mark_tuned(fn)
+        engine.register(self)
 
     # ----- key -------------------------------------------------------------------------------
 
@@ -200,7 +183,7 @@ class Autotuner(_TritonAutotuner):
                 else:
                     self._notify_listener(memo, config, tuned)
             elif memo in self._provisional:  # a key launched often is tuned now (deferred.py)
-                config = deferred.launched_again(self, memo) or config
+                config = engine.launched_again(self, memo) or config
             if (config.pre_hook is None and self._arg_name_set.isdisjoint(kwargs)
                     and memo not in self._provisional):
                 self._resolved[self._fast_key(args)] = (config, self.launch_kwargs_of(config),
@@ -229,12 +212,6 @@ class Autotuner(_TritonAutotuner):
         """What Triton hands a hook for `config`: the call's arguments plus the config's."""
         return {**self.nargs, **kwargs, **config.all_kwargs()}
 
-    def _await_preload(self, key: CacheKey) -> None:
-        """Wait for the background compile of this key's winner, if one was started (or run it
-        here if no worker has yet), so the launch that follows finds it instead of compiling it
-        a second time."""
-        preload.wait((preload.started(self) or {}).get(key.digest()))
-
     def _notify_listener(self, memo: tuple, config: Any, tuned: bool) -> None:
         """Call Triton's `knobs.autotuning.listener` (Triton >= 3.7) as its autotuner does,
         once per new key; a hit in our cache counts as a cache hit."""
@@ -255,8 +232,6 @@ class Autotuner(_TritonAutotuner):
         on the compile scheduler's --autotune_compile_workers threads (scheduler.py) and with
         the launch keywords every other launch uses (launch.py), so the launches find these
         kernels; returns the compiled kernels."""
-        import triton
-
         def compile_all() -> list[Any]:
             self.nargs = dict(zip(self.arg_names, args, strict=False))
             try:
@@ -265,72 +240,20 @@ class Autotuner(_TritonAutotuner):
             finally:
                 self.nargs = None
 
-        async_mode = getattr(triton, "AsyncCompileMode", None)
-        workers = get_cache().settings.compile_workers
-        if async_mode is None or workers <= 1 or interpreter_active():
-            return compile_all()
-        with async_mode(scheduler.scheduler(workers).lane(Priority.CANDIDATE, {})):
-            # Waited for inside the block: this thread compiles any no worker has started
-            # (scheduler.py), so warmup returns even while the pool is held or stopping.
-            return [k.result() if hasattr(k, "result") else k for k in compile_all()]
+        return engine.compile_in_pool(compile_all)
 
     def _select(self, args: Sequence[Any], kwargs: dict[str, Any],
                 all_args: Mapping[str, Any], memo: tuple | None = None
                 ) -> tuple[Any, bool | None]:
-        """The best config for this launch, from the cache tiers, another process, or tuning;
-        and whether this process tuned it (None: a provisional config, the tuning is deferred
-        to the end of the dump run). `memo`: the launch's Triton-style memo, computed once by
-        the caller (a test's direct call leaves it to be computed here).
+        """The config for a launch whose memo missed: engine.resolve."""
+        return engine.resolve(self, args, kwargs, all_args, memo)
 
-        A candidate list pruned to one config is launched as it is, with no cache and no
-        benchmark, as Triton >= 3.7 does (and as a single config always is)."""
-        cache = get_cache()
-        settings = cache.settings
-        # Before this key's first compile (and Triton's launcher build) in this process.
-        remote_compile.follow(settings)
-        pruned = self.prune_configs(kwargs)
-        if len(pruned) == 1:
-            self.configs_timings = {}
-            return pruned[0], False
-        key = self.cache_key(pruned, all_args)
-        if preload.started(self) is None:  # once per tuner, at its first launch of a new problem
-            if interpreter_active():
-                preload.not_preloading(self)
-            else:
-                preload.first_launch(self, key, cache)
-                warmups.start(cache)  # plain @triton.jit specializations, if loaded
-        candidates = [config_to_proto(c) for c in pruned]
-        # Entries from shared tiers are untrusted: a winner that is not one of these candidates
-        # is a damaged entry (a miss), never launched.
-        entry = cache.hit(key, candidates)
-        if entry is not None:  # a hit: nothing is built for a tuning, the winner is launched
-            self._await_preload(key)
-            return winning_candidate(entry, self._take(entry, pruned)), False
-        tuning = KernelTuning(self, pruned, args, kwargs, settings.compile_workers)
-        provisional: list[Any] = []
-        never_reuse = [i for i, c in enumerate(pruned) if has_extras(c)]
+    def take(self, entry: pb.Entry, pruned: Sequence[Any]) -> Any:
+        """The winner `entry` names among `pruned`, with this tuner's state set from it
+        (last_entry, configs_timings, as Triton's tuner leaves them)."""
+        return winning_candidate(entry, self._set_state(entry, pruned))
 
-        def defer(finish: Callable[[], Resolved]) -> bool:
-            reused = cache.reusable(key, candidates, timing_method=tuning.benchmark.method,
-                                    never_reuse=never_reuse)
-            config = deferred.defer(cache, self, tuning, finish, memo, reused=reused)
-            if config is not None:
-                provisional.append(config)
-            return config is not None
-
-        if memo is None:
-            memo = triton_style_key(self.arg_names, self.keys, all_args)
-        resolved = cache.tune_or_defer(
-            key, candidates, tuning, timing_method=tuning.benchmark.method,
-            never_reuse=never_reuse, defer=defer if deferred.applies(cache, tuning) else None)
-        if resolved is None:  # tuned at the end of the dump run (deferred.py)
-            self.configs_timings = {}
-            return provisional[0], None
-        return self._adopt(resolved, key, tuning, kwargs)
-
-    def _take(self, entry: pb.Entry, pruned: Sequence[Any]) -> list[tuple[Any, Any]]:
-        """Set this tuner's state from `entry` (last_entry, configs_timings, as Triton's tuner
-        leaves them); its timings paired with the candidates."""
+    def _set_state(self, entry: pb.Entry, pruned: Sequence[Any]) -> list[tuple[Any, Any]]:
         self.last_entry = entry
         pairs = match_candidates(entry, pruned)
         self.configs_timings = {
@@ -338,15 +261,15 @@ class Autotuner(_TritonAutotuner):
             for config, t in pairs}
         return pairs
 
-    def _adopt(self, resolved: Resolved, key: CacheKey | None, tuning: KernelTuning,
-               kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+    def adopt(self, resolved: Resolved, key: CacheKey | None, tuning: KernelTuning,
+              kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
         """The candidate that `resolved` names, with this tuner's state set from it; and
         whether this process tuned it (not when a peer process or a shared tier had it)."""
         pruned = tuning.configs
-        pairs = self._take(resolved.entry, pruned)
+        pairs = self._set_state(resolved.entry, pruned)
         if resolved.winner is None:
             if key is not None:
-                self._await_preload(key)
+                engine.await_winner(self, key)
             return winning_candidate(resolved.entry, pairs), False
         best = pruned[resolved.winner]
         if tuning.measured:  # as Triton does after benchmarking, with the winner's meta-parameters
@@ -360,7 +283,7 @@ class Autotuner(_TritonAutotuner):
         """Take the result of a tuning deferred to the end of the dump run (deferred.py): the
         state a tuning at the launch would have left, the winner launched from now on, and
         Triton's listener told."""
-        best, tuned = self._adopt(resolved, None, tuning, tuning.kwargs)
+        best, tuned = self.adopt(resolved, None, tuning, tuning.kwargs)
         self.best_config = best
         self.cache[memo] = best  # later launches of the key (if any) launch the winner
         self._provisional.discard(memo)
@@ -378,8 +301,9 @@ def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any
 
     `warmup` / `rep` are the GPU benchmark's warmup and repetition times in ms (default 25 / 100,
     as triton.testing.do_bench), `use_cuda_graph=True` times with CUDA graphs, `do_bench` replaces
-    the benchmark entirely, and `cache_results` is accepted and superseded (results are always
-    cached through AUTOTUNE_FLAGS; a debug log says so once). Any other keyword argument is
+    the benchmark entirely, and `cache_results` (or TRITON_CACHE_AUTOTUNING=1) keeps results
+    per machine in a directory under Triton's cache, as Triton does, unless AUTOTUNE_FLAGS say
+    where results live. Any other keyword argument is
     passed to Triton's Autotuner unchanged, so arguments of newer Triton releases keep working
     (and unknown ones fail exactly as they do in Triton)."""
 
@@ -389,10 +313,8 @@ def autotune(configs: list[Any], key: list[str], prune_configs_by: dict[str, Any
                           pre_hook=pre_hook, post_hook=post_hook,
                           prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
                           use_cuda_graph=use_cuda_graph, do_bench=do_bench,
-                          cache_results=cache_results, **triton_kwargs)
-        if kernel_name is not None:
-            tuner.kernel_name = kernel_name
-        preload.decorated(tuner)  # its compiles start now if the process's have started
+                          cache_results=cache_results, kernel_name=kernel_name, **triton_kwargs)
+        engine.decorated(tuner)  # its compiles start now if the process's have started
         return tuner
 
     return decorator

@@ -102,8 +102,7 @@ class Route:
         and again if the library replaced the candidate list since."""
         if self.shadow is None or owner.configs is not self._configs:
             arguments = {**self.arguments, "configs": owner.configs}
-            shadow = Autotuner(**arguments)
-            shadow.kernel_name = qualified_name(owner.fn)
+            shadow = Autotuner(**arguments, kernel_name=qualified_name(owner.fn))
             # The library's hooks as its constructor left them (fla replaces Triton's defaults).
             vars(shadow).update({name: vars(owner)[name] for name in (
                 "pre_hook", "post_hook", "user_defined_pre_hook", "user_defined_post_hook")

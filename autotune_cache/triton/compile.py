@@ -377,7 +377,7 @@ def queue_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     import triton
     from triton.runtime import _async_compile
 
-    state = process.current().part(_QueueMode)
+    state = process.current().made("queue_mode", _QueueMode)
     queued = Queued()
     order = sorted((i for i in range(len(configs)) if i not in skip),
                    key=lambda i: -compile_cost(configs[i]))
@@ -404,6 +404,6 @@ def queue_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
 
 def forget_queued() -> None:
     """Drop the process's queued-candidates mode (and the compiled kernels it holds)."""
-    found = process.current().existing(_QueueMode)
+    found = process.current().queue_mode
     if found is not None:
         found.reset()

@@ -109,7 +109,7 @@ class _Deferred:
 
 
 def _state() -> _Deferred:
-    return process.current().part(_Deferred)
+    return process.current().made("deferred", _Deferred)
 
 
 def applies(cache: Cache, tuning: KernelTuning) -> bool:

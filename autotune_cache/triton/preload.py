@@ -131,12 +131,12 @@ class _State:
 
 
 def _state() -> _State:
-    return process.current().part(_State)
+    return process.current().made("compile_ahead", _State)
 
 
 def ahead() -> _Ahead | None:
     """The process's compile-ahead, if it has started (for tests and diagnostics)."""
-    found = process.current().existing(_State)
+    found = process.current().compile_ahead
     return None if found is None else found.ahead
 
 
@@ -239,7 +239,7 @@ def awaiting(jit_fn: Any, jit_key: object) -> CompileJob | None:
     """The compile ahead that files a kernel of `jit_fn` under Triton's JIT key `jit_key` (the
     one a launch looks up), if one was queued, for the launch to wait for instead of compiling
     it a second time; None in the thread running a preload."""
-    state = process.current().existing(_State)
+    state = process.current().compile_ahead
     current = None if state is None else state.ahead
     if current is None or not current.by_jit_key or in_preload():
         return None
@@ -262,7 +262,7 @@ def jit_key_of(specialization: str) -> str | None:
 
 def in_preload() -> bool:
     """Whether the calling thread is compiling a preload now."""
-    state = process.current().existing(_State)
+    state = process.current().compile_ahead
     return state is not None and getattr(state.local, "preloading", False)
 
 

@@ -1,52 +1,61 @@
-"""The Triton engine's per-process state: one object, replaced in a forked child.
+"""The Triton engine's per-process state: one object with a named field per part, replaced in a
+forked child.
 
-Each part of the engine keeps what it holds for this process (the compile scheduler, the
-compile-ahead of loaded winners, the deferred tunings, the warm-up bookkeeping, the remote
-compile cache's client) in its own class, and reaches the one instance of it through
-`current().part(ThatClass)`: made on first use, by calling the class with no arguments.
+Each part of the engine keeps what it holds for this process in its own class; this object
+holds the one instance of each, by name, made on first use (`made`):
+
+| field | part | module |
+| --- | --- | --- |
+| `scheduler` | the one compile pool | scheduler.py |
+| `compile_ahead` | loaded winners compiled before their launch | preload.py |
+| `warmups` | plain-kernel warm-ups recorded and compiled ahead | warmups.py |
+| `deferred` | a dump run's tunings deferred to its end | deferred.py |
+| `remote_compile` | the connection to the shared compile cache | remote_compile.py |
+| `queue_mode` | the one `AsyncCompileMode` of queued candidates | compile.py |
 
 Why one object: a forked child has none of its parent's threads, so every queue, pool, lock and
 half-finished compile the parent held must be forgotten there, together, or the child waits for
-work no thread will do. One fork handler (`os.register_at_fork`) replaces the object; the parts
-are made again on their next use. A child also checks the process id on every `current()`, so a
-fork that bypasses the handler (`os.fork` from C) is caught too.
+work no thread will do. One fork handler (`os.register_at_fork`), the package's only one,
+replaces the object; the parts are made again on their next use. A child also checks the process
+id on every `current()`, so a fork that bypasses the handler (`os.fork` from C) is caught too.
 
-Not here, by design: what the package installed into Triton itself (the patched `Autotuner`
-class in classroute.py, the modules routed in routing.py, the compile hook in warmups.py) and
-the benchmark a test injected (bench.py) belong to the interpreter, not to a run, and a forked
-child keeps them, as it keeps the modules it imported.
+Not here, by design: what the package wrote into Triton itself (hooks.py) and the benchmark a
+test injected (bench.py) belong to the interpreter, not to a run, and a forked child keeps them,
+as it keeps the modules it imported.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
 
 class ProcessState:
-    """The engine's state in one process: its parts, by class (see the module docstring)."""
+    """The engine's state in one process (see the module docstring for each field)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.RLock()
-        self._parts: dict[type, Any] = {}
+        self.scheduler: Any = None
+        self.compile_ahead: Any = None
+        self.warmups: Any = None
+        self.deferred: Any = None
+        self.remote_compile: Any = None
+        self.queue_mode: Any = None
 
-    def part(self, kind: type[T]) -> T:
-        """This process's instance of `kind`, made (as `kind()`) on first use."""
-        found = self._parts.get(kind)
+    def made(self, field: str, make: Callable[[], T]) -> T:
+        """The part in `field` (one declared above), made with `make()` on first use."""
+        found = getattr(self, field)
         if found is None:
             with self.lock:
-                found = self._parts.get(kind)
+                found = getattr(self, field)
                 if found is None:
-                    found = self._parts[kind] = kind()
-        return found
-
-    def existing(self, kind: type[T]) -> T | None:
-        """This process's instance of `kind` if one was made, else None (nothing is made)."""
-        return self._parts.get(kind)
+                    found = vars(self)[field] = make()
+        return cast(T, found)
 
 
 _state = ProcessState()

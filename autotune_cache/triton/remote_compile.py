@@ -81,7 +81,7 @@ class _Remote:
 
 
 def _remote() -> _Remote:
-    return process.current().part(_Remote)
+    return process.current().made("remote_compile", _Remote)
 
 
 def server_url() -> str | None:

@@ -16,10 +16,9 @@ that imported Triton's decorator itself by name before the switch (`from triton 
 autotune`): kernels they decorate later stay on Triton's autotuner too.
 
 `cache_results=True` (or TRITON_CACHE_AUTOTUNING=1), with which a library asked Triton to keep
-its results on disk, is honoured for routed kernels: unless the flags give the process a
-persistent tier of their own (a cache directory, results files to load, a dump, a Redis server),
-the process cache gains the directory tier `<Triton's cache dir>/autotune_cache`, said once at
-INFO level (see `honour_cache_results`).
+its results on disk, is honoured for routed kernels as for any tuner of ours: unless the flags
+give the process a persistent tier of their own, the process cache gains the directory tier
+`<Triton's cache dir>/autotune_cache` (engine.honour_cache_results).
 
 Three ways to switch it on: `install()` / `uninstall()` / `with installed():` from Python;
 `AUTOTUNE_FLAGS=--autotune_all_kernels` in any process (and its subprocesses), installed at
@@ -40,7 +39,6 @@ import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from triton.runtime import autotuner as _triton_autotuner
@@ -77,50 +75,12 @@ class UnroutedKernelsWarning(UserWarning):
     """Kernels built by Triton's own `triton.autotune` before install(): they stay uncached."""
 
 
-CACHE_RESULTS_DIR = "autotune_cache"  # under Triton's cache directory
-_honoured: set[int] = set()  # id() of the process caches that got (or declined) the tier
-
-
-def honour_cache_results() -> Path | None:
-    """A routed kernel asked Triton to cache its results on disk (`cache_results=True`, or
-    TRITON_CACHE_AUTOTUNING=1): give the process cache the directory tier
-    `<Triton's cache dir>/autotune_cache`, unless its flags already name where results live
-    (--autotune_cache_dir, --load_autotune_results_from, --dump_autotune_results_to,
-    --autotune_remote_cache: then they decide, and nothing is added). Once per process cache;
-    returns the directory added, else None. Said once at INFO level."""
-    from triton import knobs
-
-    from autotune_cache.cache import get_cache
-
-    cache = get_cache()
-    with _lock:
-        if id(cache) in _honoured:
-            return None
-        _honoured.add(id(cache))
-        s = cache.settings
-        if s.cache_dir or s.load_from or s.dump_to or s.remote_cache:
-            log.debug("autotune_cache: cache_results=True of a routed kernel: the flags name "
-                      "where results live, so no directory tier is added")
-            return None
-        directory = Path(knobs.cache.dir) / CACHE_RESULTS_DIR
-        cache.use_cache_dir(directory)
-    log.info("autotune_cache: cache_results=True (or TRITON_CACHE_AUTOTUNING=1) of a routed "
-             "kernel: results are kept in the directory tier %s; --autotune_cache_dir or "
-             "another persistent flag in AUTOTUNE_FLAGS decides instead", directory)
-    return directory
-
-
 def routed_autotune(*args: Any, **kwargs: Any) -> Callable[[Any], Autotuner]:
     """`triton.autotune` while install() is in effect: `autotune_cache.triton.autotune` (same
     arguments) whose tuner keys its entries by the kernel's module-qualified name. A kernel with
-    `cache_results=True` (or TRITON_CACHE_AUTOTUNING=1) keeps results on disk
-    (honour_cache_results)."""
+    `cache_results=True` (or TRITON_CACHE_AUTOTUNING=1) keeps results on disk, as any tuner of
+    ours does (engine.honour_cache_results)."""
     decorate = autotune(*args, **kwargs)
-    from triton import knobs
-
-    bound = _AUTOTUNE_SIGNATURE.bind_partial(*args, **kwargs).arguments
-    if bound.get("cache_results") or knobs.autotuning.cache:
-        honour_cache_results()
 
     def decorator(fn: Any) -> Autotuner:
         # The key's kernel name, set before any launch and before its compiles start ahead.

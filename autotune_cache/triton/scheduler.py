@@ -326,5 +326,5 @@ class Lane:
 
 def scheduler(workers: int | None = None) -> CompileScheduler:
     """This process's scheduler; sized to `workers` threads when given."""
-    found = process.current().part(CompileScheduler)
+    found = process.current().made("scheduler", CompileScheduler)
     return found if workers is None else found.size(workers)

@@ -147,7 +147,7 @@ def _current(cache: Cache | None = None) -> _Process:
         # The one the first autotuned launch would configure (from the flags in the
         # environment); with none set, a cache that neither dumps nor loads.
         cache = cache_module.get_cache()
-    current = process.current().part(_Current)
+    current = process.current().made("warmups", _Current)
     with current.lock:
         if current.process is None or current.process.cache is not cache:
             settings = cache.settings
@@ -224,7 +224,7 @@ def _scan(state: _Process) -> None:
     """Queue the warm-ups of every loaded kernel name that resolves, now, to a plain JIT
     function; the first call takes every loaded name, later ones only those still unresolved,
     and only when a module was imported since."""
-    with process.current().part(_Current).lock:
+    with process.current().made("warmups", _Current).lock:
         if not state.started:
             state.started = True
             try:

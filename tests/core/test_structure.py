@@ -201,3 +201,20 @@ def test_one_module_writes_triton_globals() -> None:
         f"{[w for found in writes.values() for w in found]} write Triton globals; do it through "
         f"{_rel(TRITON_WRITER)}")
     assert _triton_writes(TRITON_WRITER), "the check found no write in hooks.py: it is broken"
+
+
+MAX_TUNER_SIBLINGS = 8
+
+
+def test_the_tuner_names_few_parts_of_the_engine() -> None:
+    """Issue 48: the tuner (triton/autotuner.py) reaches everything process-wide through
+    triton/engine.py; it imports at most MAX_TUNER_SIBLINGS modules of autotune_cache.triton."""
+    tuner = PACKAGE / "triton" / "autotuner.py"
+    siblings: set[str] = set()
+    for node in ast.walk(ast.parse(tuner.read_text(encoding="utf-8"), str(tuner))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "autotune_cache.triton":
+                siblings.update(f"{node.module}.{a.name}" for a in node.names)
+            elif node.module.startswith("autotune_cache.triton."):
+                siblings.add(node.module)
+    assert len(siblings) <= MAX_TUNER_SIBLINGS, sorted(siblings)

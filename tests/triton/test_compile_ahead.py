@@ -19,7 +19,7 @@ import triton
 from autotune_cache import CacheKey, get_cache
 from autotune_cache.formats import save_results
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.triton import autotune, autotuner, preload, process, routing, scheduler
+from autotune_cache.triton import autotune, engine, preload, process, routing, scheduler
 from autotune_cache.triton.scheduler import Priority
 from tests.triton import kernels
 
@@ -141,7 +141,7 @@ def write_results(use_cache, fake, tmp_path, problems=(100,), foreign=False, whi
 
 
 def on_gpu(monkeypatch):
-    monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
+    monkeypatch.setattr(engine, "interpreter_active", lambda: False)
 
 
 def settle(*tuners) -> None:

@@ -102,7 +102,7 @@ def loaded_kernel(use_cache, fake, tmp_path, monkeypatch, problems):
     specialization, with its JIT function swapped for a StubJit; returns it, the entries and
     the stub."""
     from autotune_cache.formats import save_results
-    from autotune_cache.triton import autotuner
+    from autotune_cache.triton import engine
 
     use_cache()
     fake(TABLE)
@@ -120,7 +120,7 @@ def loaded_kernel(use_cache, fake, tmp_path, monkeypatch, problems):
     assert kernel.source_fingerprint  # computed from the real function before the swap
     stub = StubJit()
     monkeypatch.setattr(kernel, "fn", stub)
-    monkeypatch.setattr(autotuner, "interpreter_active", lambda: False)
+    monkeypatch.setattr(engine, "interpreter_active", lambda: False)
     return kernel, entries, stub
 
 
@@ -177,12 +177,13 @@ def test_a_damaged_loaded_entry_skips_the_preload_not_the_launch(use_cache, fake
 def test_too_much_unparsed_text_skips_the_preload_scan(use_cache, fake, tmp_path, monkeypatch):
     """The scan parses the kernel's loaded entries; over PRELOAD_SCAN_BYTES of text still to
     parse, it is skipped, and only the launched key's entry gets parsed (by its lookup)."""
-    from autotune_cache.triton import autotuner, preload
+    from autotune_cache import get_cache
+    from autotune_cache.triton import preload
 
     kernel, _, stub = loaded_kernel(use_cache, fake, tmp_path, monkeypatch, [100, 300])
     monkeypatch.setattr(preload, "PRELOAD_SCAN_BYTES", 100)
     out, expected = kernels.launch_add(kernel, n=100)
     torch.testing.assert_close(out, expected)
     assert stub.preloaded == [] and preload.started(kernel) == {}
-    (loaded,) = autotuner.get_cache().memory.loaded
+    (loaded,) = get_cache().memory.loaded
     assert loaded.indexed and len(loaded.entries) == 1

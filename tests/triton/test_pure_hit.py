@@ -22,7 +22,7 @@ import pytest
 from autotune_cache import get_cache
 from autotune_cache.formats import load_results, serialize_results
 from autotune_cache.triton import autotuner as autotuner_module
-from autotune_cache.triton import preload
+from autotune_cache.triton import engine, preload
 from tests.triton import kernels
 
 TABLE = {16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0}
@@ -44,8 +44,7 @@ def counted(monkeypatch) -> Counter[str]:
     monkeypatch.setattr(os, "fork", counting("fork", os.fork))
     monkeypatch.setattr(subprocess.Popen, "__init__",
                         counting("spawn", subprocess.Popen.__init__))
-    monkeypatch.setattr(autotuner_module, "KernelTuning",
-                        counting("tuning", autotuner_module.KernelTuning))
+    monkeypatch.setattr(engine, "KernelTuning", counting("tuning", engine.KernelTuning))
     monkeypatch.setattr(autotuner_module.Autotuner, "cache_key",
                         counting("key", autotuner_module.Autotuner.cache_key))
     start = threading.Thread.start
@@ -107,7 +106,7 @@ def test_compiling_the_winners_ahead_uses_only_the_compile_pool(use_cache, fake,
         compiled.append(specialization)
         return True
 
-    monkeypatch.setattr(autotuner_module, "interpreter_active", lambda: False)
+    monkeypatch.setattr(engine, "interpreter_active", lambda: False)
     monkeypatch.setattr(preload, "_preload", fake_compile)
     # The interpreter's JIT function cannot preload; a GPU's can.
     monkeypatch.setattr(preload, "jit_function", lambda fn: kernels.add_kernel)

@@ -16,7 +16,7 @@ import torch
 import triton
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from autotune_cache.triton import install, process, routing, uninstall
+from autotune_cache.triton import engine, install, uninstall
 from tests.triton import kernels
 from tests.triton.test_triton_surface import DECORATORS, OrderedBench, grid_1d
 
@@ -85,32 +85,20 @@ def test_config_subclasses_are_kept_and_picked_like_tritons(use_cache) -> None:
 
 # ----- cache_results (issue 21, item 4) -------------------------------------------------------
 
-def test_our_decorator_supersedes_cache_results_with_one_debug_log(use_cache, fake,
-                                                                   caplog) -> None:
-    import autotune_cache.triton.autotuner as autotuner_module
-
-    use_cache()
-    fake({16: 2.0, 32: 1.0})
-    process.current().part(autotuner_module._Said).cache_results = False
-    with caplog.at_level(logging.DEBUG, logger="autotune_cache.triton.autotuner"):
-        first = kernels.tuned_add(blocks=(16, 32), cache_results=True)
-        kernels.tuned_add(blocks=(16, 32), cache_results=True)
-    assert first.cache_results is False
-    messages = [r.getMessage() for r in caplog.records if "cache_results" in r.getMessage()]
-    assert len(messages) == 1 and "superseded" in messages[0] and "AUTOTUNE_FLAGS" in messages[0]
-    out, expected = kernels.launch_add(first)
-    torch.testing.assert_close(out, expected)
-    assert first.last_entry is not None  # cached through our tiers instead
+@pytest.fixture
+def triton_cache(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Any:
+    """Triton's cache directory in tmp_path; the directory where results persist there."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    monkeypatch.setattr(engine, "_honoured", set())
+    return tmp_path / "triton" / engine.CACHE_RESULTS_DIR
 
 
 @pytest.fixture
-def routed(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Any:
+def routed(triton_cache) -> Any:
     """The switch on, Triton's cache directory in tmp_path; off again afterwards."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
-    monkeypatch.setattr(routing, "_honoured", set())
     install()
-    yield tmp_path / "triton" / routing.CACHE_RESULTS_DIR
+    yield triton_cache
     uninstall()
 
 
@@ -119,42 +107,72 @@ def routed_add(**kwargs: Any) -> Any:
                            **kwargs)(kernels.add_kernel)
 
 
-def test_routed_cache_results_keeps_results_under_tritons_cache_dir(use_cache, fake, routed,
-                                                                    caplog) -> None:
-    cache = use_cache()
-    fake({16: 2.0, 32: 1.0})
-    with caplog.at_level(logging.INFO, logger="autotune_cache.triton.routing"):
-        kernel = routed_add(cache_results=True)
-        routed_add(cache_results=True)
-    assert [r for r in caplog.records if "cache_results" in r.getMessage()][0].getMessage() \
-        .count(str(routed)) == 1
-    assert cache.settings.cache_dir == routed
-    assert any(t.name == "directory" for t in cache.tiers)
-    out, expected = kernels.launch_add(kernel)
-    torch.testing.assert_close(out, expected)
-    assert list(routed.glob("*.textproto"))  # the entry is on disk
-    # A later process (a new process cache) finds it there and benchmarks nothing.
+def _a_second_process_benchmarks_nothing(use_cache, fake, make) -> None:
+    """A later process (a new process cache) finds the entry on disk: no benchmark."""
     again = use_cache()
-    routing._honoured.clear()
+    engine._honoured.clear()
     fake({16: 2.0, 32: 1.0}, fail={16: "benchmarked", 32: "benchmarked"})
-    out, expected = kernels.launch_add(routed_add(cache_results=True))
+    out, expected = kernels.launch_add(make())
     torch.testing.assert_close(out, expected)
     assert again.stats.hits == 1 and again.stats.benchmarks == 0
 
 
-def test_routed_cache_results_follows_the_triton_env_var_too(use_cache, routed,
+@pytest.mark.parametrize("asked", ["argument", "TRITON_CACHE_AUTOTUNING"])
+def test_our_decorator_keeps_cache_results_per_machine_as_triton_does(
+        use_cache, fake, triton_cache, monkeypatch, caplog, asked) -> None:
+    """Issue 52: a user switching from `triton.autotune(cache_results=True)` (or
+    TRITON_CACHE_AUTOTUNING=1) loses nothing: with no flags, the results persist in Triton's
+    cache location and a second run benchmarks nothing."""
+    kwargs = {"cache_results": True} if asked == "argument" else {}
+    if asked != "argument":
+        monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
+    cache = use_cache()
+    fake({16: 2.0, 32: 1.0})
+    with caplog.at_level(logging.INFO, logger="autotune_cache.triton.engine"):
+        first = kernels.tuned_add(blocks=(16, 32), **kwargs)
+        out, expected = kernels.launch_add(first)
+        kernels.launch_add(kernels.tuned_add(blocks=(16, 32), **kwargs), n=300)
+    torch.testing.assert_close(out, expected)
+    assert first.cache_results is False  # Triton's own JSON file is not written
+    messages = [r.getMessage() for r in caplog.records if "cache_results" in r.getMessage()]
+    assert len(messages) == 1 and str(triton_cache) in messages[0]
+    assert cache.settings.cache_dir == triton_cache and list(triton_cache.glob("*.textproto"))
+    _a_second_process_benchmarks_nothing(
+        use_cache, fake, lambda: kernels.tuned_add(blocks=(16, 32), **kwargs))
+
+
+def test_routed_cache_results_keeps_results_under_tritons_cache_dir(use_cache, fake,
+                                                                    routed) -> None:
+    cache = use_cache()
+    fake({16: 2.0, 32: 1.0})
+    kernel = routed_add(cache_results=True)
+    out, expected = kernels.launch_add(kernel)
+    torch.testing.assert_close(out, expected)
+    assert cache.settings.cache_dir == routed
+    assert any(t.name == "directory" for t in cache.tiers)
+    assert list(routed.glob("*.textproto"))  # the entry is on disk
+    _a_second_process_benchmarks_nothing(use_cache, fake,
+                                         lambda: routed_add(cache_results=True))
+
+
+def test_routed_cache_results_follows_the_triton_env_var_too(use_cache, fake, routed,
                                                              monkeypatch) -> None:
     cache = use_cache()
+    fake({16: 2.0, 32: 1.0})
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
-    routed_add()
+    kernels.launch_add(routed_add())
     assert cache.settings.cache_dir == routed
 
 
-def test_flags_that_name_where_results_live_decide_instead(use_cache, routed, tmp_path) -> None:
+def test_flags_that_name_where_results_live_decide_instead(use_cache, fake, routed,
+                                                           tmp_path) -> None:
     cache = use_cache(dump_to=tmp_path / "dump.textproto")
-    routed_add(cache_results=True)
+    fake({16: 2.0, 32: 1.0})
+    kernels.launch_add(routed_add(cache_results=True))
     assert cache.settings.cache_dir is None
     assert not any(t.name == "directory" for t in cache.tiers)
     plain = use_cache()
-    routed_add()  # no cache_results asked: nothing added either
+    kernels.launch_add(routed_add(), n=300)  # no cache_results asked: nothing added either
     assert plain.settings.cache_dir is None
+
+
