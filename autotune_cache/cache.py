@@ -424,7 +424,8 @@ class Cache:
         self.dump_run.use(key, entry)
 
     def flush_dump(self) -> None:
-        """Write this process's entries to the dump now if they changed (store/dumprun.py)."""
+        """Hand this process's entries to the dump run now if they changed (store/dumprun.py:
+        the run's directory; the dump file itself is written once, by finish_dump)."""
         self.dump_run.flush()
 
     def before_final_dump(self, finisher: Callable[[], None]) -> None:

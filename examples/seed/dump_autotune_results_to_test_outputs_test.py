@@ -22,7 +22,7 @@ class DumpToTestOutputsTest(unittest.TestCase):
         dump = Path(os.environ["TEST_UNDECLARED_OUTPUTS_DIR"]) / "autotune_cache.textproto"
         self.assertEqual(get_cache().settings.dump_to, dump)
         seed_kernel.run_all_sizes()
-        get_cache().flush_dump()
+        get_cache().finish_dump()  # the dump is written once, at the end of the run
         problems = sorted(e.key.problem for e in load_results(dump)
                           if e.key.kernel == "affine_kernel")
         self.assertEqual(len(problems), len(seed_kernel.SIZES), problems)

@@ -105,8 +105,9 @@ def test_prune_keep_device_on_a_file(tmp_path, capsys):
 
 def test_prune_keep_device_on_a_directory(tmp_path, capsys):
     shutil.copytree(FUSION, tmp_path / "f")
+    # A dry run that would empty the directory gives the real run's refusal (issue 52).
     assert main(["prune", str(tmp_path / "f"), "--keep-device=0123456789abcdef",
-                 "--dry-run"]) == 0
+                 "--dry-run"]) == 2
     assert len(load_any(tmp_path / "f").rows()) == 16
     assert main(["prune", str(tmp_path / "f"), f"--keep-device={DEVICE_FP}"]) == 0
     assert len(load_any(tmp_path / "f").rows()) == 16
