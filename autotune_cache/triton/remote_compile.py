@@ -89,12 +89,20 @@ def server_url() -> str | None:
     return _remote().url
 
 
+# A key with fewer distinct characters is a placeholder (`xxxx…`, `0000…`), however long; a random
+# hex secret of 32 characters has about 14 of the 16 hex digits.
+MIN_KEY_DISTINCT = 8
+
+
 def _secret() -> bytes:
     """The fleet's key (AUTOTUNE_REMOTE_COMPILE_KEY); FlagError naming the variable when it is
-    missing or short. Never logged."""
+    missing, short, or a placeholder. Never logged."""
     key = env.remote_compile_key()
-    if len(key) < MIN_KEY_BYTES:
-        state = "is not set" if not key else f"is shorter than {MIN_KEY_BYTES} characters"
+    if len(key) < MIN_KEY_BYTES or len(set(key)) < MIN_KEY_DISTINCT:
+        state = ("is not set" if not key else
+                 f"is shorter than {MIN_KEY_BYTES} characters" if len(key) < MIN_KEY_BYTES else
+                 f"has fewer than {MIN_KEY_DISTINCT} distinct characters (a placeholder such as "
+                 "32 times the same letter, not a secret)")
         raise FlagError(
             f"--autotune_remote_compile_cache: {env.AUTOTUNE_REMOTE_COMPILE_KEY} {state}. "
             "Compiled kernels downloaded from the server run as code on this machine, so each "

@@ -275,3 +275,7 @@ def test_the_flag_refuses_to_start_without_the_fleets_key(server, triton_env):
     triton_env.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", "short")
     with pytest.raises(FlagError, match="shorter than 32 characters"):
         remote_compile.enable(server)
+    # Issue 49: the length alone let a placeholder through.
+    triton_env.setenv("AUTOTUNE_REMOTE_COMPILE_KEY", "x" * 40)
+    with pytest.raises(FlagError, match="fewer than 8 distinct characters"):
+        remote_compile.enable(server)
