@@ -43,6 +43,8 @@ from autotune_cache.tiers.memory import THIS_PROCESS
 
 # add_listener's callback: (key, the hit or None, the strict-mode error or None).
 LookupListener = Callable[[CacheKey, "pb.Entry | None", "MissingResultError | None"], None]
+# add_violation_listener's: (kernel, the error's message) of a tuning strict mode forbade.
+ViolationListener = Callable[[str, str], None]
 # resolve_or_defer's `defer`: offered the rest of the protocol on a miss; True = taken over.
 Defer = Callable[[Callable[[], Resolved]], bool]
 
@@ -93,6 +95,7 @@ class Cache:
         self.stats = Stats()
         self._lock = threading.RLock()
         self._listeners: list[LookupListener] = []
+        self._violation_listeners: list[ViolationListener] = []
         self._near_memo: dict[str, list[Found]] = {}  # a missed key's near misses (lookup)
         if self.settings.dump_merge and self.settings.dump_to is None:
             raise FlagError(
@@ -145,6 +148,18 @@ class Cache:
         miss), `error` the MissingResultError about to be raised under require_complete (else
         None). The pytest plugin attributes misses to tests this way. A listener must not raise."""
         self._listeners.append(listener)
+
+    def add_violation_listener(self, listener: ViolationListener) -> None:
+        """Call `listener(kernel, message)` when strict mode forbids a tuning that no lookup of
+        ours saw (a tuner left on Triton's autotuner: triton/classroute.py), before the error is
+        raised, so that a run fails even where the test or a library catches the error. A
+        listener must not raise."""
+        self._violation_listeners.append(listener)
+
+    def strict_violation(self, kernel: str, message: str) -> None:
+        """Tell the violation listeners (see add_violation_listener)."""
+        for listener in self._violation_listeners:
+            listener(kernel, message)
 
     def _tell(self, key: CacheKey, entry: pb.Entry | None,
               error: MissingResultError | None = None) -> None:

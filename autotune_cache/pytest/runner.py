@@ -24,6 +24,7 @@ from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DI
 from autotune_cache.pytest.scope import selection, write_json
 from autotune_cache.pytest.summary import (
     _STRICT_OFF_NOTE,
+    UNROUTED,
     MissRecorder,
     _fail_session,
     _write_strict_verdict,
@@ -166,10 +167,14 @@ class RunnerPlugin:
             result = yield from self._short_failure(_passthrough())
         strict = [m for m in self.recorder.misses[before:] if m.strict]
         if strict:
-            # The kernel's MissingResultError was caught inside the test: fail it all the same.
-            pytest.fail("the test caught the stale-cache error of a kernel it launched; under "
-                        "--autotune-require-complete a miss fails the test.\n" + strict[0].message,
-                        pytrace=False)
+            # The kernel's MissingResultError (or UnroutedTuningError) was caught inside the
+            # test, or by a library falling back: fail it all the same.
+            what = ("the test (or a library it called) caught the UnroutedTuningError of a kernel "
+                    "left on Triton's own autotuner; under --autotune-require-complete a tuning "
+                    "there fails the test." if strict[0].why == UNROUTED else
+                    "the test caught the stale-cache error of a kernel it launched; under "
+                    "--autotune-require-complete a miss fails the test.")
+            pytest.fail(what + "\n" + strict[0].message, pytrace=False)
         return result
 
     @pytest.hookimpl(wrapper=True)

@@ -21,6 +21,10 @@ from autotune_cache.store.stats import outcome_clauses
 # ----- per-test attribution ---------------------------------------------------------------------
 
 
+# Miss.why of a tuning strict mode forbade on Triton's own autotuner (no key of ours).
+UNROUTED = "not routed (UnroutedTuningError)"
+
+
 @dataclass(frozen=True)
 class Miss:
     """One lookup that found no result, and the test that made it."""
@@ -63,6 +67,14 @@ class MissRecorder:
                 self._note(cache, key, strict=False)
 
         cache.add_listener(observe)
+
+        def violation(kernel: str, message: str) -> None:
+            miss = Miss(self.nodeid or "(outside any test)", self.phase, kernel,
+                        "any problem", "Triton's own autotuner", UNROUTED, True, message)
+            with self._lock:
+                self.misses.append(miss)
+
+        cache.add_violation_listener(violation)
 
     def _note(self, cache: Cache, key: CacheKey, *, strict: bool, message: str = "") -> None:
         miss = Miss(self.nodeid or "(outside any test)", self.phase, key.kernel, key.problem,

@@ -229,7 +229,9 @@ def tuning_on_triton(tuner: Any) -> None:
                      "again.")
     if not first:
         lines.append("(named before in this process)")
-    raise UnroutedTuningError("\n".join(lines))
+    message = "\n".join(lines)
+    cache.strict_violation(kernel, message)  # the run fails even if the error is caught
+    raise UnroutedTuningError(message)
 
 
 def patch() -> None:
