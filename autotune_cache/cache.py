@@ -96,6 +96,8 @@ class Cache:
         self._lock = threading.RLock()
         self._listeners: list[LookupListener] = []
         self._violation_listeners: list[ViolationListener] = []
+        # Winners that failed to launch here (reject_winner): key digest -> the winner's bytes.
+        self._rejected: dict[str, bytes] = {}
         self._near_memo: dict[str, list[Found]] = {}  # a missed key's near misses (lookup)
         if self.settings.dump_merge and self.settings.dump_to is None:
             raise FlagError(
@@ -184,8 +186,12 @@ class Cache:
         return False
 
     def _find(self, key: CacheKey, candidates: Iterable[pb.Config] | None) -> Found | None:
+        rejected = self._rejected.get(key.digest()) if self._rejected else None
         for i, tier in enumerate(self.tiers):
             found = tier.get(key)
+            if found is not None and rejected is not None and \
+                    found.entry.result.config.SerializeToString(deterministic=True) == rejected:
+                continue  # reject_winner: never again in this process
             if found is not None and self._usable(found, key, candidates):
                 # Keep a copy in the shared tiers before this one for the next process.
                 for earlier in self.tiers[:i]:
@@ -231,6 +237,22 @@ class Cache:
                 raise error
             self._tell(key, None)
             return None
+
+    def reject_winner(self, key: CacheKey, entry: pb.Entry, reason: str) -> None:
+        """The winner `entry` names for `key` failed to compile or launch in this process
+        (triton/engine.py): no tier serves that entry here again (a re-tune's entry, with
+        another winner, is served), and one warning names the key, where the entry came from and
+        the reason. An entry from a shared tier is untrusted; a damaged or forged one costs a
+        re-tune, never every launch."""
+        with self._lock:
+            found = self.memory.forget(key)
+            origin = found.origin if found is not None else "a cache tier"
+            self._rejected[key.digest()] = entry.result.config.SerializeToString(
+                deterministic=True)
+        log.warning("autotune_cache: the cached winner of %s, from %s, failed to compile or "
+                    "launch here (%s); it is not used again in this process and the key is "
+                    "tuned again where tuning is allowed. Regenerate the results, or prune the "
+                    "entry from that tier.", key.describe(), origin, reason)
 
     def refresh(self, key: CacheKey, candidates: Iterable[pb.Config] | None = None
                 ) -> pb.Entry | None:

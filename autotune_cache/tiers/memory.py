@@ -62,6 +62,11 @@ class ProcessTier:
         """Whether this process already holds `key` (looked up or tuned here)."""
         return key.digest() in self.memory
 
+    def forget(self, key: CacheKey) -> Found | None:
+        """Drop what this process holds for `key` (a rejected winner: Cache.reject_winner);
+        what it held, if anything."""
+        return self.memory.pop(key.digest(), None)
+
     def remember(self, found: Found) -> None:
         """Keep an entry found in any tier, with its origin, for the next lookup."""
         self.memory[found.key.digest()] = found

@@ -82,6 +82,7 @@ class Autotuner(_TritonAutotuner):
         self.configs_timings: dict[Any, list[float]] = {}
         self.bench_time = 0.0
         self.last_entry: pb.Entry | None = None
+        self.last_hit: tuple[CacheKey, pb.Entry] | None = None  # engine.resolve's, on a hit
         # The hit path's precomputed state (see run).
         self._arg_name_set = frozenset(self.arg_names)
         self._key_positions = [self.arg_names.index(k) for k in self.keys
@@ -171,12 +172,15 @@ class Autotuner(_TritonAutotuner):
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         """The full launch path: key, lookup or tuning, hooks."""
         self.nargs = dict(zip(self.arg_names, args, strict=False))
+        unproven = None  # a hit's winner at its first launch here: (key, entry)
         if len(self.configs) > 1:
             all_args = {**self.nargs, **kwargs}
             memo = triton_style_key(self.arg_names, self.keys, all_args)
             config = self.cache.get(memo)
             if config is None:
+                self.last_hit = None
                 config, tuned = self._select(args, kwargs, all_args, memo)
+                unproven, self.last_hit = self.last_hit, None
                 self.cache[memo] = config
                 if tuned is None:  # provisional; the listener is told when the tuning is done
                     self._provisional.add(memo)
@@ -195,6 +199,19 @@ class Autotuner(_TritonAutotuner):
             config.pre_hook(self.full_nargs(config, kwargs))
         try:
             return self.fn.run(*args, **kwargs, **self.launch_kwargs_of(config))
+        except engine.WINNER_FAILURES as e:
+            if unproven is None:
+                raise
+            # A cached winner that cannot compile or launch here (a forged shared entry, a
+            # config over this GPU's limits) is a miss, never a dead end: engine.reject_winner.
+            self.cache.pop(memo, None)
+            self._resolved = {k: v for k, v in self._resolved.items() if v[2] != memo}
+            engine.reject_winner(unproven, e)
+            self.nargs = None
+            try:
+                return self._run(*args, **kwargs)
+            except AllConfigsFailedError:
+                raise e from None  # every candidate fails the same way: the launch's own error
         finally:
             self.nargs = None
 

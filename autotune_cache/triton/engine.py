@@ -45,6 +45,7 @@ class Tuner(deferred.DeferringTuner, preload.AheadTuner, Protocol):
     keys: list[str]
     configs_timings: dict[Any, list[float]]
     persist_results: bool
+    last_hit: tuple[CacheKey, pb.Entry] | None
 
     def prune_configs(self, kwargs: dict[str, Any]) -> list[Any]: ...
 
@@ -132,6 +133,7 @@ def resolve(tuner: Tuner, args: Sequence[Any], kwargs: dict[str, Any],
     entry = cache.hit(key, candidates)
     if entry is not None:
         await_winner(tuner, key)
+        tuner.last_hit = (key, entry)  # its first launch proves it (reject_winner)
         return tuner.take(entry, pruned), False
 
     # A miss: tuned here, by a peer process holding the key's lock, or at the end of the dump
@@ -157,6 +159,34 @@ def resolve(tuner: Tuner, args: Sequence[Any], kwargs: dict[str, Any],
         tuner.configs_timings = {}
         return provisional[0], None
     return tuner.adopt(resolved, key, tuning, kwargs)
+
+
+def _winner_failures() -> tuple[type[BaseException], ...]:
+    """Triton's errors that say a config cannot compile or launch on this device: a compile
+    error, resources over the device's limits, ptxas; on the interpreter, its error (where a
+    config's compile-time error surfaces)."""
+    from triton.compiler.errors import CompilationError
+    from triton.runtime import errors
+
+    found: list[type[BaseException]] = [CompilationError]
+    for name in ("OutOfResources", "PTXASError", "InterpreterError"):
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type):
+            found.append(kind)
+    return tuple(found)
+
+
+WINNER_FAILURES = _winner_failures()
+
+
+def reject_winner(hit: tuple[CacheKey, pb.Entry], error: BaseException) -> None:
+    """The winner of a hit failed its first launch here with one of WINNER_FAILURES: the cache
+    never serves that entry again in this process and says where it came from; the launch is
+    then resolved again (a miss: tuned where tuning is allowed, else the strict error). A
+    shared tier's writer cannot make every reader fail this way (docs/security.md)."""
+    key, entry = hit
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    get_cache().reject_winner(key, entry, f"{type(error).__name__}: {first}"[:300])
 
 
 def await_winner(tuner: Any, key: CacheKey) -> None:
