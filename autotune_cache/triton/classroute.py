@@ -187,6 +187,22 @@ def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
     return _originals["_bench"](self, *args, config=config, **meta)
 
 
+def _timer(self: Any) -> Any:
+    """Triton's `Autotuner.do_bench` property, watched: the benchmarker of a tuner not ours
+    notes (or, under require-complete, forbids) the tuning before it times anything. It catches
+    a subclass that overrides `_bench`, or whose own `run()` times configs, as long as it times
+    through Triton's benchmarker (`self.do_bench`)."""
+    timer = _originals["timer"](self)
+    if isinstance(self, Autotuner) or timer is None:
+        return timer
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        tuning_on_triton(self)
+        return timer(*args, **kwargs)
+
+    return watched
+
+
 def why_unrouted(tuner: Any) -> str:
     """Why `tuner`, a Triton tuner that is not ours, stays on Triton's autotuner."""
     route = _route_of(tuner)
@@ -244,10 +260,16 @@ def patch() -> None:
         signature = inspect.signature(init)
         var_keyword = next((p.name for p in signature.parameters.values()
                             if p.kind is inspect.Parameter.VAR_KEYWORD), "")
+        # Triton 3.6-3.9: a functools.cached_property (a property in some releases).
+        timer = vars(TritonAutotuner).get("do_bench")
+        timer_fn = getattr(timer, "func", None) or getattr(timer, "fget", None)
         _originals.update({"__init__": init, "run": TritonAutotuner.run,
                            "_bench": TritonAutotuner._bench, "signature": signature,
-                           "var_keyword": var_keyword})
-        hooks.wrap_methods(TritonAutotuner, {"__init__": _init, "run": _run, "_bench": _bench})
+                           "var_keyword": var_keyword, "timer": timer_fn})
+        wrappers: dict[str, Any] = {"__init__": _init, "run": _run, "_bench": _bench}
+        if timer_fn is not None:
+            wrappers["do_bench"] = type(timer)(_timer)
+        hooks.wrap_methods(TritonAutotuner, wrappers)
 
 
 @dataclass(frozen=True)
@@ -264,12 +286,16 @@ class Tuner:
 def describe(tuner: Any) -> Tuner:
     """The census row of one Triton autotuner (ours, routed, or left on Triton)."""
     kind = type(tuner)
+    kernel = qualified_name(tuner.fn)
     if isinstance(tuner, Autotuner):
         owner, ran = "autotune_cache", "best_config" in vars(tuner)
     else:
-        owner = "routed" if is_routed(tuner) else "triton"
-        ran = RAN_ATTR in vars(tuner)
-    return Tuner(f"{kind.__module__}.{kind.__qualname__}", qualified_name(tuner.fn), owner, ran)
+        # One that timed through Triton's benchmarker tuned on Triton, whatever its route says
+        # (a subclass whose own run() never reaches the routed path).
+        tuned_there = kernel in get_cache().stats.kernels_tuned_on_triton
+        owner = "routed" if is_routed(tuner) and not tuned_there else "triton"
+        ran = RAN_ATTR in vars(tuner) or tuned_there
+    return Tuner(f"{kind.__module__}.{kind.__qualname__}", kernel, owner, ran)
 
 
 def census() -> list[Tuner]:

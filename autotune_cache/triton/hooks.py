@@ -12,9 +12,9 @@ made before that):
   any (`set_compile_listener`), then the previous hook, whose answer (skip the compile or not)
   is returned. A hook the program sets after ours replaces it, as Triton's knob always does,
   until the next tuning chains ours in front of it again.
-- **`Autotuner.__init__`, `run`, `_bench`** of Triton's class: wrapped (classroute.py) when the
-  switch (`--autotune_all_kernels`, routing.install) or strict mode
-  (`--require_complete_autotune_results`) asks for it, never otherwise.
+- **`Autotuner.__init__`, `run`, `_bench` and the `do_bench` property** of Triton's class:
+  wrapped (classroute.py) when the switch (`--autotune_all_kernels`, routing.install) or strict
+  mode (`--require_complete_autotune_results`) asks for it, never otherwise.
 - **`autotune`** of `triton` and the modules that re-export it: replaced while routing.install
   is in effect, restored by routing.uninstall.
 
@@ -26,6 +26,7 @@ order fixed and the chain one link long; the layering test checks that no other 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -106,7 +107,11 @@ def _dispatch(*args: Any, **kw: Any) -> Any:
 def wrap_methods(cls: type, wrappers: Mapping[str, Callable[..., Any]]) -> None:
     """Replace `cls`'s methods by `wrappers` (classroute.patch: Triton's Autotuner)."""
     for name, wrapper in wrappers.items():
-        wrapper.__doc__ = getattr(cls, name).__doc__
+        if isinstance(wrapper, (property, functools.cached_property)):
+            if hasattr(wrapper, "__set_name__"):  # a cached_property is named by its class
+                wrapper.__set_name__(cls, name)
+        else:
+            wrapper.__doc__ = getattr(cls, name).__doc__
         setattr(cls, name, wrapper)
 
 

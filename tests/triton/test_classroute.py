@@ -186,3 +186,29 @@ def test_a_changed_candidate_list_is_named_as_such_with_the_added_config(
     assert "New candidate(s) since it was tuned: BLOCK_SIZE=128" in message
     assert f"--dump_autotune_results_to={dump}" in message
     assert cache.stats.stale == 0 and cache.stats.candidates_changed == 1
+
+
+@pytest.mark.parametrize("name, added", [("benching_kernel", 5), ("policy_kernel", 7)])
+def test_strict_mode_catches_a_subclass_timing_configs_its_own_way(use_cache, name,
+                                                                   added) -> None:
+    """Issue 49: a subclass overriding `_bench`, or whose own `run()` times configs without
+    Triton's `_bench`, tuned with no error. Timing through Triton's benchmarker is watched: it is
+    noted outside strict mode (the census says "triton", not "routed") and forbidden inside."""
+    kernel = f"{PKG}.own_tuner.{name}"
+    cache = use_cache()
+    with installed():
+        lib = library()
+    tuner = getattr(lib, name)
+    tuner._do_bench = wall_clock  # the interpreter has no GPU benchmarker
+    assert torch.equal(lib.launch(tuner, x()), x() + added)
+    assert kernel in cache.stats.kernels_tuned_on_triton
+    assert census_row(tuner).owner == "triton"
+
+    use_cache(require_complete=True)
+    with installed():
+        lib = library()
+    tuner = getattr(lib, name)
+    tuner._do_bench = wall_clock
+    with pytest.raises(UnroutedTuningError) as raised:
+        lib.launch(tuner, x())
+    assert kernel in str(raised.value)
