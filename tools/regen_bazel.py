@@ -8,6 +8,7 @@ runfiles, with the outputs landing in bazel-testlogs. Standard library only.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
 import subprocess
@@ -280,6 +281,18 @@ def is_package(directory: Path) -> bool:
     return any((directory / name).is_file() for name in _BUILD_FILES)
 
 
+def holds_packages(directory: Path, ignored: set[Path] | frozenset[Path] = frozenset()) -> bool:
+    """Whether `directory` or a directory below it holds a BUILD file (symlinks not followed,
+    .bazelignore'd directories left out). `//docs/...` over a directory with none is an error
+    to Bazel ("no targets found beneath"), which `//...` never is."""
+    for root, dirs, _ in os.walk(directory):
+        here = Path(root)
+        if is_package(here):
+            return True
+        dirs[:] = [d for d in dirs if here / d not in ignored and not (here / d).is_symlink()]
+    return False
+
+
 def file_package(path: str, workspace: Path) -> str:
     """The package of a source file (workspace-relative path): the nearest directory above it
     that holds a BUILD file ("" for the root package)."""
@@ -308,15 +321,17 @@ def is_output_tree(entry: Path) -> bool:
 
 def workspace_universe(workspace: Path) -> str:
     """`//...` of the main repository without Bazel's convenience symlinks: the union of the
-    root package and one `//<dir>/...` per top-level directory, leaving out `bazel-*` symlinks
-    and .bazelignore'd directories (Bazel applies .bazelignore below the top level itself)."""
+    root package and one `//<dir>/...` per top-level directory that holds a package, leaving out
+    `bazel-*` symlinks, .bazelignore'd directories (Bazel applies .bazelignore below the top
+    level itself) and directories with no BUILD file anywhere below (issue 51: Bazel calls
+    `//docs/...` over one an error, where `//...` skips it)."""
     ignored = ignored_dirs(workspace)
     parts = ["//:all"] if is_package(workspace) else []
     for entry in sorted(workspace.iterdir(), key=lambda e: e.name):
         if not entry.is_dir() or is_output_tree(entry) or entry in ignored:
             continue
-        if entry.name in _VCS_DIRS:
-            continue
+        if entry.name in _VCS_DIRS or not holds_packages(entry, ignored):
+            continue  # docs/, .github/, scripts/: no package, so nothing of `//...` is there
         parts.append(f"//{entry.name}/...")
     return " + ".join(parts) if parts else "//..."
 

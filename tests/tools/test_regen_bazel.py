@@ -176,15 +176,20 @@ def test_skipped_patterns_are_named_as_patterns_not_broken_packages(tmp_path: Pa
 def test_the_workspace_universe_leaves_out_bazels_output_trees(tmp_path: Path) -> None:
     """`//...` is the root package plus one `//dir/...` per top-level directory: never a
     bazel-* convenience symlink (Bazel 4 walks into one that points to another output base,
-    bazel#13951), nor a .bazelignore'd or version-control directory."""
+    bazel#13951), nor a .bazelignore'd or version-control directory, nor one that holds no
+    package."""
     (tmp_path / "BUILD.bazel").write_text("")
-    for name in ("team_a", "team_b", "vendored", ".git", ".github"):
-        (tmp_path / name).mkdir()
+    for name in ("team_a", "team_b/lib", "vendored", ".git", ".github", "docs/api", "scripts"):
+        (tmp_path / name).mkdir(parents=True)
+    for package in ("team_a", "team_b/lib", "vendored", ".github"):
+        (tmp_path / package / "BUILD").write_text("")
     elsewhere = tmp_path.parent / "other_output_base/execroot/ws"
     elsewhere.mkdir(parents=True)
     (tmp_path / "bazel-ws").symlink_to(elsewhere)
     (tmp_path / "bazel-out").symlink_to(elsewhere)
     (tmp_path / ".bazelignore").write_text("# comment\nvendored/\n")
+    # docs/ and scripts/ hold no package: `//docs/...` would be Bazel's "no targets found
+    # beneath 'docs'" error in an ordinary repository (issue 51).
     assert regen_bazel.workspace_universe(tmp_path) == (
         "//:all + //.github/... + //team_a/... + //team_b/...")
     assert regen_bazel.without_output_trees("@//...", tmp_path) == (
