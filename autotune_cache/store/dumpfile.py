@@ -397,7 +397,8 @@ class DumpFile:
     def _file_lock(self) -> Iterator[None]:
         """Merge mode: the lock that serialises the final read-combine-write of one dump path
         across runs (concurrent merge-mode dumps keep every entry). After LOCK_TIMEOUT_S
-        without it, or when it cannot be taken, the write goes ahead with a warning. Other
+        without it (a run that holds it that long) the write goes ahead with a warning; with no
+        lock directory this account alone controls, LockError, and nothing is written. Other
         modes take no lock (nothing is created under the home directory): the file is read
         again when it changed since the run began, and replaced atomically."""
         with contextlib.ExitStack() as stack:
@@ -405,13 +406,18 @@ class DumpFile:
                 name = hashlib.sha256(self._target.encode()).hexdigest()[:24] + ".lock"
                 try:
                     lock_dir = private_lock_dir("dump-locks")
-                    held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
                 except LockError as e:
-                    log.warning("autotune_cache: merging into %s without its lock (%s)",
-                                self.path, e)
-                else:
-                    if not held:
-                        log.warning("autotune_cache: merging into %s without its lock "
-                                    "(another run held it for %.0f s)", self.path,
-                                    LOCK_TIMEOUT_S)
+                    # No directory this account alone controls (home unusable, the temp names
+                    # taken by another account): a merge without its lock could lose a
+                    # concurrent run's entries, so nothing is written (issue 49).
+                    raise LockError(
+                        f"{self.path}: --autotune_dump_merge needs its lock to combine runs, and "
+                        f"there is no lock directory only this account controls ({e}). The "
+                        "file is left as it was. Fix: give this account a usable home "
+                        "directory (HOME), or remove the directories in the way; then run the "
+                        "dump again.") from None
+                held = stack.enter_context(file_lock(lock_dir / name, LOCK_TIMEOUT_S))
+                if not held:
+                    log.warning("autotune_cache: merging into %s without its lock (another "
+                                "run held it for %.0f s)", self.path, LOCK_TIMEOUT_S)
             yield

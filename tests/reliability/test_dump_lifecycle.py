@@ -324,3 +324,31 @@ def test_a_damaged_files_message_says_what_happened(tmp_path: Path, damage: str,
         list(load_results(path))
     assert said in str(raised.value)
     assert "newer release" not in str(raised.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give directories to another account")
+def test_no_private_lock_directory_fails_a_merge_dump_loudly(tmp_path: Path) -> None:
+    """Issue 49: with the home directory unusable and every temp lock name squatted by another
+    account, a merge-mode dump went ahead without its lock (a warning). It fails instead, names
+    the directories and the fix, and leaves the file as it was."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    for name in ("dump-locks", f"dump-locks-{os.geteuid()}"):
+        (temp / name).mkdir()
+        os.chown(temp / name, 65534, 65534)  # nobody
+    dump = tmp_path / "merged.textproto"
+    save_results(dump, [fake_tune(make_key(problem={"M": 1}))])
+    before = dump.read_bytes()
+    not_a_dir = tmp_path / "a-file"  # HOME below a regular file: no ~/.cache can be made
+    not_a_dir.write_text("")
+    res = run_python(f"""
+from pathlib import Path
+from autotune_cache import Cache, Settings
+from tests.cachetools import fake_tune, make_key
+cache = Cache(Settings(dump_to=Path({str(dump)!r}), dump_merge=True))
+cache.record(fake_tune(make_key(problem={{"M": 2}})))
+cache.close()
+""", env={"HOME": str(not_a_dir / "home"), "TMPDIR": str(temp)})
+    assert res.rc != 0, res.text
+    assert "--autotune_dump_merge needs its lock" in res.err and "HOME" in res.err, res.err
+    assert dump.read_bytes() == before
