@@ -323,7 +323,7 @@ def workspace_universe(workspace: Path) -> str:
     """`//...` of the main repository without Bazel's convenience symlinks: the union of the
     root package and one `//<dir>/...` per top-level directory that holds a package, leaving out
     `bazel-*` symlinks, .bazelignore'd directories (Bazel applies .bazelignore below the top
-    level itself) and directories with no BUILD file anywhere below (issue 51: Bazel calls
+    level itself) and directories with no BUILD file anywhere below (Bazel calls
     `//docs/...` over one an error, where `//...` skips it)."""
     ignored = ignored_dirs(workspace)
     parts = ["//:all"] if is_package(workspace) else []

@@ -409,7 +409,7 @@ class DumpFile:
                 except LockError as e:
                     # No directory this account alone controls (home unusable, the temp names
                     # taken by another account): a merge without its lock could lose a
-                    # concurrent run's entries, so nothing is written (issue 49).
+                    # concurrent run's entries, so nothing is written.
                     raise LockError(
                         f"{self.path}: --autotune_dump_merge needs its lock to combine runs, and "
                         f"there is no lock directory only this account controls ({e}). The "
