@@ -47,11 +47,15 @@ def missing_message(key: CacheKey, near: Sequence[NearMiss],
         f"and {require_flag} forbids tuning it here.",
         f"Searched: {', '.join(searched) or 'nothing (no results loaded)'}.",
     ]
-    if near:
-        lines.append(("The cache is stale: it" if stale else "The cache") +
-                     " has this kernel and problem only for")
+    if stale:
+        lines.append("The cache is stale: it has this kernel and problem only for")
         for f in near[:SHOWN_NEAR]:
             lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {f.origin})")
+    elif near:
+        lines.append("The cache has this kernel and problem only under another candidate "
+                     "list, in:")
+        for f in near[:SHOWN_NEAR]:
+            lines.append(f"  - {f.origin}")
     added = new_candidates(candidates, [f for f in near if f not in stale])
     if added:
         shown = ", ".join(added[:SHOWN_NEW]) + (f" and {len(added) - SHOWN_NEW} more"
