@@ -74,11 +74,21 @@ def regen_command(path: str, *, load_on_command_line: bool = False) -> str:
     return f"pytest {load}--autotune-dump={path}"
 
 
+def _relative(path: Path, base: Path) -> str:
+    """`path` as the user types it from `base` (pytest's invocation directory): relative when
+    it is below `base`, so a hint printed on a CI runner names no runner's path."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(base).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def _speak_pytest(cache: Cache, config: pytest.Config | None = None) -> Cache:
     """Make the cache's messages name this plugin's options, not the AUTOTUNE_FLAGS flags; a
     run that loads one committed file is told to regenerate that very file."""
     loaded = cache.settings.load_from
-    path = shlex.quote(str(loaded[0])) if len(loaded) == 1 else "PATH"
+    base = config.invocation_params.dir if config is not None else Path.cwd()
+    path = shlex.quote(_relative(loaded[0], base)) if len(loaded) == 1 else "PATH"
     # The command line as typed: an ini file's addopts (the recommended setup) load the file
     # for the regen too.
     typed = config.invocation_params.args if config is not None else ()

@@ -9,6 +9,7 @@ the runner gives (the Bazel macro's `.regen` target) when there is one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -30,6 +31,13 @@ class NearMiss(Protocol):
     origin: str
 
 
+def _below_cwd(text: str) -> str:
+    """A searched place as the user would type it here: a path below the working directory is
+    shown relative to it (a CI runner's absolute paths mean nothing to whoever reads the log)."""
+    here = os.getcwd() + os.sep
+    return text[len(here):] if text.startswith(here) else text
+
+
 def missing_message(key: CacheKey, near: Sequence[NearMiss],
                     candidates: Sequence[pb.Config] | None, *, searched: Sequence[str],
                     require_flag: str, regen: str) -> str:
@@ -45,17 +53,17 @@ def missing_message(key: CacheKey, near: Sequence[NearMiss],
         f"  device:    {key.device}",
         f"  toolchain: {key.toolchain_str}",
         f"and {require_flag} forbids tuning it here.",
-        f"Searched: {', '.join(searched) or 'nothing (no results loaded)'}.",
+        f"Searched: {', '.join(map(_below_cwd, searched)) or 'nothing (no results loaded)'}.",
     ]
     if stale:
         lines.append("The cache is stale: it has this kernel and problem only for")
         for f in near[:SHOWN_NEAR]:
-            lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {f.origin})")
+            lines.append(f"  - {'; '.join(key.stale_reasons(f.key))}  (in {_below_cwd(f.origin)})")
     elif near:
         lines.append("The cache has this kernel and problem only under another candidate "
                      "list, in:")
         for f in near[:SHOWN_NEAR]:
-            lines.append(f"  - {f.origin}")
+            lines.append(f"  - {_below_cwd(f.origin)}")
     added = new_candidates(candidates, [f for f in near if f not in stale])
     if added:
         shown = ", ".join(added[:SHOWN_NEW]) + (f" and {len(added) - SHOWN_NEW} more"

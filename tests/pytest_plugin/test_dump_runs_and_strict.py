@@ -96,8 +96,11 @@ def test_a_stale_cache_failure_is_short_and_full_trace_keeps_the_stack(suite):
     assert len(failure.splitlines()) < 20, failure
     assert "no tuned result for matmul [N=512,x=float16] (the cache is stale)" in failure
     # The option the user uses, not the flag, with the file it loaded (on the command line,
-    # so the regen loads it there too and re-tunes only what is stale).
-    assert f"pytest --autotune-load={cache} --autotune-dump={cache}" in failure
+    # so the regen loads it there too and re-tunes only what is stale), named as typed from
+    # where pytest ran: no runner's absolute path.
+    name = cache.relative_to(suite.path)
+    assert f"pytest --autotune-load={name} --autotune-dump={name}" in failure
+    assert f"Searched: {name}." in failure
     assert "Traceback" not in failure and "def lookup" not in failure
     full = run(suite, *args, "--full-trace").stdout.str()
     assert "MissingResultError" in full and "def lookup" in full
