@@ -240,15 +240,15 @@ def halving_stages(benchmark: Benchmark, candidates: int
 # least wins.
 TIE_MARGIN = 0.03
 DECIDE_ROUNDS = 3
-# The warmup is bench/triton_quality.py's (scenario D's bursts), so that the decision and the
-# check of it time a burst alike.
+# The warmup is that of scenario D's bursts (bench/triton_matmul_workload.py --quality), so
+# that the decision and the check of it time a burst alike.
 SHORT_REGIME = (10.0, 25.0)
 # Each burst starts after this long idle, so that it runs below the power cap, as a test's
 # launches do, and not in the heat the configured benchmark left. Measured on the H200
-# (bench/power_gap.py, bench/results/power_gap_h200_run1.md): right after a 100 ms benchmark a
-# 25 ms burst of the 4096^3 leaders reads 13 % slow, after 10 ms idle 5-7 %, after 50 ms 1.0-1.4 %
-# and after 100 ms or more as rested (within 1 %, the run's noise). 50 ms idles half as long as
-# 100 ms would: 0.3 s less for a tie of two leaders.
+# (bench/power_gap.py; its first run is in the git history of bench/results/): right after a
+# 100 ms benchmark a 25 ms burst of the 4096^3 leaders reads 13 % slow, after 10 ms idle 5-7 %,
+# after 50 ms 1.0-1.4 % and after 100 ms or more as rested (within 1 %, the run's noise).
+# 50 ms idles half as long as 100 ms would: 0.3 s less for a tie of two leaders.
 SHORT_GAP_S = 0.05
 
 

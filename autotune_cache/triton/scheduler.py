@@ -48,7 +48,7 @@ HOLD_TIMEOUT_S = 60.0
 # The pool's threads run this much nicer (Linux, per thread) than the thread that started them:
 # their work is ahead of need, while a launch compiling what it needs now runs on its own thread
 # and must not queue for the CPU behind them. Profiled on the H200 (16 vCPUs; 16 threads compile
-# 48 matmul candidates 6.9x faster than one, 16 processes 10.0x, bench/compile_parallelism.py): in
+# 48 matmul candidates 6.9x faster than one, 16 processes 10.0x; a removed benchmark): in
 # Liger-Kernel's dump run, each test's plain @triton.jit compiles took 1.0-1.3 s longer than in
 # plain Triton's run, beside the tunings' candidates compiling in the background. A job a
 # launch waits for that no worker has started runs on the launch's thread, at its priority.
