@@ -176,7 +176,13 @@ class Cache:
     def _usable(self, found: Found, key: CacheKey,
                 candidates: Iterable[pb.Config] | None) -> bool:
         """Whether an entry found in a tier may be used for `key` (validate.py); a damaged one
-        is warned about once, naming where it came from, and counts as a miss."""
+        is warned about once, naming where it came from, and counts as a miss. A winner that
+        failed to launch here (reject_winner) is never usable again, from any tier, by a lookup
+        or by the re-read after a peer's tuning."""
+        rejected = self._rejected.get(key.digest()) if self._rejected else None
+        if rejected is not None and \
+                found.entry.result.config.SerializeToString(deterministic=True) == rejected:
+            return False
         if found.origin == THIS_PROCESS:
             return True
         problem = entry_problem(found.entry, key, candidates)
@@ -186,12 +192,8 @@ class Cache:
         return False
 
     def _find(self, key: CacheKey, candidates: Iterable[pb.Config] | None) -> Found | None:
-        rejected = self._rejected.get(key.digest()) if self._rejected else None
         for i, tier in enumerate(self.tiers):
             found = tier.get(key)
-            if found is not None and rejected is not None and \
-                    found.entry.result.config.SerializeToString(deterministic=True) == rejected:
-                continue  # reject_winner: never again in this process
             if found is not None and self._usable(found, key, candidates):
                 # Keep a copy in the shared tiers before this one for the next process.
                 for earlier in self.tiers[:i]:

@@ -158,6 +158,8 @@ def resolve(tuner: Tuner, args: Sequence[Any], kwargs: dict[str, Any],
     if resolved is None:
         tuner.configs_timings = {}
         return provisional[0], None
+    if resolved.winner is None:  # a peer's entry, re-read from a shared tier: unproven here too
+        tuner.last_hit = (key, resolved.entry)
     return tuner.adopt(resolved, key, tuning, kwargs)
 
 

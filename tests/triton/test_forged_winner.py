@@ -62,6 +62,31 @@ def test_a_winner_that_fails_to_launch_is_tuned_again_and_named(use_cache, fake,
     assert again.best_config.kwargs == {"BLOCK_SIZE": 32} and bench.calls == []
 
 
+def test_a_forged_winner_in_a_shared_cache_directory_is_tuned_again_and_overwritten(
+        use_cache, fake, tmp_path, caplog):
+    """The finding's own shape: the writer shares the cache directory. The tuning after the
+    failed launch takes the key's lock there and re-reads the directory for a peer's result: the
+    forged entry must not be served by that re-read either (it once was, and the launch then
+    failed with Triton's error)."""
+    (entry,) = load_results(_forged(use_cache, fake, tmp_path))
+    shared = tmp_path / "shared-dir"
+    use_cache(cache_dir=shared).record(entry)  # the other account's write
+    use_cache(cache_dir=shared)  # a reader's process
+    bench = fake(TABLE)
+    with caplog.at_level(logging.WARNING, logger="autotune_cache.cache"):
+        out, expected = kernels.launch_add(kernels.tuned_add(blocks=BLOCKS), n=100)
+    torch.testing.assert_close(out, expected)
+    assert sorted(bench.calls) == [16, 24, 32]
+    assert any(str(shared) in r.getMessage() and "failed to compile" in r.getMessage()
+               for r in caplog.records)
+    # The directory now holds the re-tuned entry: the next reader benchmarks nothing.
+    use_cache(cache_dir=shared)
+    bench = fake(TABLE)
+    again = kernels.tuned_add(blocks=BLOCKS)
+    kernels.launch_add(again, n=100)
+    assert again.best_config.kwargs == {"BLOCK_SIZE": 32} and bench.calls == []
+
+
 def test_under_require_complete_it_is_the_strict_miss(use_cache, fake, tmp_path):
     path = _forged(use_cache, fake, tmp_path)
     use_cache(load_from=(path,), require_complete=True)
