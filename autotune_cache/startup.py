@@ -137,16 +137,28 @@ def at_startup() -> None:
                   "installed in this Python, so there are no Triton kernels to route",
                   file=sys.stderr)
         return
-    when_triton_imported(lambda: _apply_guarded(False, "autotune_cache_all_kernels.pth"))
+    _at_triton_import("autotune_cache_all_kernels.pth")
 
 
 def at_first_import() -> None:
     """`autotune_cache/__init__.py`'s last step: do what the .pth would have done, when it did
     not run and the flags ask for it."""
-    if hasattr(sys, PTH_MARK) or not _mentioned():
-        return
-    vars(sys)[PTH_MARK] = True  # once per process
-    if not _triton_installed():
-        return
-    late = import_hook.triton_imported()
-    when_triton_imported(lambda: _apply_guarded(late, "import autotune_cache"))
+    if _mentioned():
+        at_runner_start("import autotune_cache")
+
+
+def at_runner_start(where: str) -> None:
+    """What the .pth does, once per process, for a runner that knows the flags ask for the
+    switch or the watch (the Bazel test wrapper, before it runs the test's main; `where` names
+    it in a problem's line): applied right after the program's own `import triton`, so that
+    what the main sets first (TRITON_INTERPRET) holds."""
+    if hasattr(sys, PTH_MARK):
+        return  # the .pth, or an earlier call, asked already
+    vars(sys)[PTH_MARK] = True
+    _at_triton_import(where)
+
+
+def _at_triton_import(where: str) -> None:
+    if _triton_installed():
+        late = import_hook.triton_imported()  # Triton came first: tuners may be built already
+        when_triton_imported(lambda: _apply_guarded(late, where))

@@ -28,10 +28,10 @@ Three jobs, chosen by the environment the macro sets:
   add its variables to a select() env, so it passed them as arguments; they are set in the
   environment and removed from sys.argv before anything else (`apply_env_arguments`).
 
-- `all_kernels = True` (`--autotune_all_kernels` in the flags), runner "main": every
-  `triton.autotune` is routed through the cache before the main is imported
-  (`autotune_cache.triton.routing.install_from_settings`); pytest's plugin does it for runner
-  "pytest".
+- `all_kernels = True` (`--autotune_all_kernels` in the flags), or a strict load, runner
+  "main": every `triton.autotune` is routed through the cache, and Triton's own tuners are
+  watched, from the main's own `import triton` on (`autotune_cache.startup.at_runner_start`:
+  Triton is never imported before the main); pytest's plugin does it for runner "pytest".
 
 Otherwise it runs the user's main (AUTOTUNE_TEST_MAIN, a runfiles path) as `__main__`.
 Standard library only at import time: this file is also used when rules_autotune is an external
@@ -45,7 +45,6 @@ installed. The argument list below follows pytest-bazel's; docs/pytest.md record
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import runpy
 import sys
@@ -464,17 +463,18 @@ def main() -> None:
             sharding.status_file.unlink(missing_ok=True)
         if sharding.split_cases:
             install_unittest_sharding(sharding)
-    if wants_all_kernels(os.environ):
-        # Before the main imports the libraries whose kernels it routes. A failure here is
-        # the test's failure: all_kernels = True must never silently leave Triton's tuner on.
+    if wants_all_kernels(os.environ) or wants_flag(os.environ, REQUIRE_COMPLETE_FLAG):
+        # The switch (all_kernels = True) and the watch on Triton's own tuners (a strict load:
+        # a tuning there fails the test instead of passing unseen), installed right after the
+        # main's own `import triton`, before it imports the libraries whose kernels they route;
+        # never by importing Triton here, which would build Triton's language helpers before
+        # the main sets TRITON_INTERPRET (autotune_cache/startup.py). A bad flag fails the test
+        # here.
+        from autotune_cache import startup
         from autotune_cache.config.flags import settings_from_env
-        from autotune_cache.triton.routing import install_from_settings
 
-        install_from_settings(settings_from_env())
-    elif wants_flag(os.environ, REQUIRE_COMPLETE_FLAG) and importlib.util.find_spec("triton"):
-        # A strict load: Triton's own tuners are watched, so a tuning there fails the test
-        # (autotune_cache/triton/classroute.py) instead of passing unseen.
-        import autotune_cache.triton  # noqa: F401 - patches Triton's Autotuner at import
+        settings_from_env()
+        startup.at_runner_start("the autotuned_py_test wrapper")
     # The test's log shows the cache's one-line summary (hits, misses, what bypassed it).
     os.environ.setdefault("AUTOTUNE_VERBOSE", "1")
     sys.argv[0] = str(user_main)

@@ -387,3 +387,58 @@ def test_all_kernels_is_read_from_either_flag_variable() -> None:
     assert not test_main.wants_all_kernels({"AUTOTUNE_FLAGS": "--autotune_all_kernels=false"})
     assert not test_main.wants_all_kernels({"AUTOTUNE_FLAGS": "--autotune_all_kernels_x"})
     assert not test_main.wants_all_kernels({})
+
+
+# --- a main that sets TRITON_INTERPRET itself ---------------------------------------------------
+
+INTERPRET_MAIN = '''
+"""As examples/triton/example_env.py does: the interpreter when there is no GPU, set in code."""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8})], key=["n"])
+@triton.jit
+def row_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr, tl.max(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), axis=0))
+
+
+from autotune_cache.triton import routing
+
+out = torch.zeros(1)
+row_max[(1,)](torch.arange(8, dtype=torch.float32), out, 8)
+assert out.item() == 7.0, out
+if os.environ.get("EXPECT_ROUTED"):  # routed from the main's own import of Triton
+    assert isinstance(row_max, routing.Autotuner), type(row_max)
+'''
+
+
+@pytest.mark.parametrize("flags", ["--autotune_all_kernels", "--require_complete_autotune_results"])
+def test_a_main_setting_triton_interpret_itself_runs_under_the_switch_and_the_watch(
+        tmp_path: Path, flags: str) -> None:
+    """The wrapper once imported Triton before the main (to route or to watch), so the main's
+    own TRITON_INTERPRET came too late: `tl.max` failed with "Cannot call @triton.jit'd outside
+    of the scope of a kernel". Nothing outside the test's environment exports the variable."""
+    runfiles = tmp_path / "runfiles/ws/pkg"
+    runfiles.mkdir(parents=True)
+    (runfiles / "interpret_test.py").write_text(INTERPRET_MAIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env.update({"AUTOTUNE_TEST_MAIN": "pkg/interpret_test.py",
+                "TEST_SRCDIR": str(tmp_path / "runfiles"), "TEST_WORKSPACE": "ws",
+                "RULES_AUTOTUNE_MACRO_FLAGS": flags,
+                "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"),
+                "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    if "all_kernels" in flags:
+        env["EXPECT_ROUTED"] = "1"
+    done = subprocess.run([sys.executable, str(TEST_MAIN)], env=env, cwd=tmp_path / "runfiles/ws",
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "outside of the scope of a kernel" not in done.stderr
