@@ -24,8 +24,6 @@ docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-p
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from autotune_cache.config.flags import (
@@ -33,7 +31,7 @@ from autotune_cache.config.flags import (
     MACRO_ENV_VAR,
 )
 from autotune_cache.foundation import env as autotune_env
-from autotune_cache.foundation.import_hook import when_triton_imported
+from autotune_cache.foundation.import_hook import triton_installed, when_triton_imported
 from autotune_cache.foundation.urls import docs_url
 from autotune_cache.pytest.options import (
     OPTIONS,
@@ -112,9 +110,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 def _route_all_kernels() -> None:
     """The switch, installed when the run imports Triton (a conftest.py may set TRITON_INTERPRET
     or other settings first: startup.py), or now if it did."""
-    import importlib.util
-
-    if "triton" in sys.modules or importlib.util.find_spec("triton") is not None:
+    if triton_installed():
         when_triton_imported(_install_routing)
 
 

@@ -33,7 +33,6 @@ that names the flag.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
@@ -54,7 +53,7 @@ def engage(settings: Settings) -> None:
     listener when it loads or dumps results; nothing otherwise."""
     watch = settings.all_kernels or settings.require_complete
     listen = settings.dump_to is not None or bool(settings.load_from)
-    if (watch or listen) and _triton_installed():
+    if (watch or listen) and import_hook.triton_installed():
         when_triton_imported(lambda: _engage(watch, listen))
 
 
@@ -72,15 +71,6 @@ def _engage(watch: bool, listen: bool) -> None:
 def _mentioned() -> bool:
     flags = env.get(env.AUTOTUNE_FLAGS)
     return ALL_KERNELS[2:] in flags or REQUIRE_COMPLETE[2:] in flags
-
-
-def _triton_installed() -> bool:
-    if "triton" in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec("triton") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _apply(late: bool) -> None:
@@ -131,7 +121,7 @@ def _apply_guarded(late: bool, where: str) -> None:
 def at_startup() -> None:
     """The .pth hook's entry point (interpreter start-up): the flags take effect when the
     program imports Triton. Imports nothing else."""
-    if not _triton_installed():
+    if not import_hook.triton_installed():
         if ALL_KERNELS[2:] in env.get(env.AUTOTUNE_FLAGS):
             print(f"autotune_cache: {ENV_VAR} {ALL_KERNELS} has no effect: Triton is not "
                   "installed in this Python, so there are no Triton kernels to route",
@@ -159,6 +149,6 @@ def at_runner_start(where: str) -> None:
 
 
 def _at_triton_import(where: str) -> None:
-    if _triton_installed():
+    if import_hook.triton_installed():
         late = import_hook.triton_imported()  # Triton came first: tuners may be built already
         when_triton_imported(lambda: _apply_guarded(late, where))

@@ -38,6 +38,16 @@ def triton_imported() -> bool:
     return module is not None and not getattr(spec, "_initializing", False)
 
 
+def triton_installed() -> bool:
+    """Whether Triton is imported, or importable (looked up, not imported)."""
+    if "triton" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def when_triton_imported(action: Callable[[], None]) -> None:
     """Run `action` now if Triton is imported, else right after the program imports it."""
     global _finder
