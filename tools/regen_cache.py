@@ -37,13 +37,12 @@ them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import posixpath
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from regen_bazel import (
@@ -55,6 +54,7 @@ from regen_bazel import (
     find_workspace,
     label_parts,
     merge_targets,
+    normalize_label,
     outputs_dir,
     read_dump,
     read_test_dirs,
@@ -62,8 +62,9 @@ from regen_bazel import (
     widen_search,
     working_package,
 )
-from regen_diff import Change, Kept, committed, compare
-from regen_orphans import Orphan, find_orphans, moved_caches
+from regen_diff import committed, compare
+from regen_orphans import find_orphans, moved_caches
+from regen_report import Outcome, report, write_json
 from regen_scheduler import (
     Plan,
     SchedulerError,
@@ -84,32 +85,6 @@ PIN_SCRIPT = Path(__file__).resolve().with_name("regen_gpu_pin.py")
 # `bazel test` exit codes after which the tests did run: 0 (all passed), 3 (some failed).
 # Anything else (1 build failure, 2 bad command line, 8 interrupted, ...) means they may not.
 BAZEL_TEST_RAN = (0, 3)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one committed cache file (written by one or several dump targets)."""
-
-    targets: tuple[DumpTarget, ...]
-    status: str
-    change: Change | None = None
-    problem: str = ""
-    kept: Kept = Kept()
-
-    @property
-    def ok(self) -> bool:
-        """Whether the cache was regenerated (or found unchanged)."""
-        return self.change is not None
-
-    @property
-    def cache_path(self) -> str:
-        """The cache file, relative to the workspace root."""
-        return self.targets[0].cache_path
-
-    @property
-    def labels(self) -> str:
-        """The dump targets, for the summary."""
-        return ", ".join(t.label for t in self.targets)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -226,19 +201,45 @@ def regenerate_group(
                             "their dumps succeed")
         return Outcome(group, overall, problem="; ".join(problems))
     destination = workspace / targets[0].cache_path
+    notes = []
+    if destination.is_symlink():
+        # A committed symlink (to a file shared outside the workspace) stays a symlink: the
+        # new cache is written to the file it points at, as the pytest dump does.
+        notes.append(f"written through the symlink to {destination.resolve()}")
+        destination = destination.resolve()
     try:
         dumped = union_of_dumps([results[t.label] for t in targets])  # type: ignore[misc]
         old = destination.read_bytes() if destination.is_file() else None
         if placeholder or (old is not None and not old.strip()):
             old = None  # an empty file means "no entries yet"
+        broken = broken_reason(old, destination.suffix)
+        if broken is not None:
+            # A hand-broken file (merge-conflict markers, a cut-off end): the dump did not
+            # load it (the test wrapper), so its entries are what the tests use now.
+            notes.append(f"replaced a broken results file ({broken})")
+            old = None
         new, kept = committed(old, dumped, destination.suffix, subset=subset)
         change = compare(old, new, destination.suffix)
+        if broken is not None:
+            change = replace(change, created=False, identical_bytes=False)
         if change.differs and not check:
             write_atomic(destination, new)
     except (AutotuneCacheError, OSError) as e:
         return Outcome(group, overall,
                        problem=f"{type(e).__name__}: {e}; the committed cache is left as is")
-    return Outcome(group, overall, change=change, kept=kept)
+    return Outcome(group, overall, change=change, kept=kept, notes=tuple(notes))
+
+
+def broken_reason(old: bytes | None, suffix: str) -> str | None:
+    """Why a committed cache cannot be read (the parser's words), or None when it can."""
+    if old is None:
+        return None
+    try:
+        loads(old, suffix)
+    except AutotuneCacheError as e:
+        # "<bytes>.textproto: not a valid ...: <what>. (The parser said: ...)" -> "<what>"
+        return str(e).split(": ", 1)[-1].split(" (The parser said", 1)[0].rstrip(".")
+    return None
 
 
 def regenerate_one(
@@ -340,10 +341,11 @@ _MINIMAL_DOWNLOADS = ("--remote_download_minimal", "--remote_download_toplevel",
 
 def test_command(args: argparse.Namespace, plan: Plan, bep: Path,
                  targets: list[DumpTarget]) -> list[str]:
-    """The `bazel test` arguments (after the verb) that run every dump."""
+    """The `bazel test` arguments (after the verb) that run every dump. None of them is part
+    of Bazel's build configuration, so the user's next `bazel test` keeps the analysis cache
+    (a `.dump` has shard_count = 1 already, so no --test_sharding_strategy)."""
     return [
         "--keep_going",
-        "--test_sharding_strategy=disabled",
         "--test_output=errors",
         *FILTER_RESETS,
         DOWNLOAD_OUTPUTS,
@@ -434,10 +436,11 @@ def run(args: argparse.Namespace) -> int:
         if bad and len(bad) == len(patterns):
             raise RegenError("; ".join(bad) + ".")
         if found.broken_packages or bad:
-            report([], args.check, found.broken_packages, (), bad)
-        raise RegenError(
-            f"no autotuned_py_test matches {' '.join(patterns)} in {workspace}."
-        )
+            return report([], args.check, found.broken_packages, (), bad)
+        # Nothing to regenerate is not an error: `--check //tools/...` in CI passes.
+        print(f"\nregen_cache summary:\n  no autotuned_py_test matches {' '.join(patterns)} "
+              f"in {workspace}: nothing to {'check' if args.check else 'regenerate'}")
+        return 0
     if any(orphan.renamed_to for orphan in orphans):
         # A renamed or moved test would be tuned from scratch into its new file, while its old
         # file, with every entry, is still committed: say so before any dump runs.
@@ -446,7 +449,16 @@ def run(args: argparse.Namespace) -> int:
             "that a renamed or moved test keeps its entries")
         return report([], args.check, found.broken_packages, orphans, bad)
     plan = scheduling_plan(args, bazel)
+    targets, skipped = skip_cpu_only(targets, plan, patterns)
+    if not targets:
+        return report([], args.check, found.broken_packages, orphans, bad, skipped)
     broken = set(found.broken_packages)
+    if found.narrowed:
+        # A cache file that does not exist yet is written whole by this run: every test that
+        # shares it must run now, wherever it is, or it would be created half-way.
+        targets, more_broken = sharers_of_new_files(bazel, workspace, targets,
+                                                    found.query_flags)
+        broken.update(more_broken)
     with tempfile.TemporaryDirectory(prefix="regen_cache_") as scratch:
         groups = group_by_cache(targets)
         log(f"{len(targets)} dump target(s) for {len(groups)} cache file(s) in {workspace}; "
@@ -487,17 +499,45 @@ def run(args: argparse.Namespace) -> int:
                     write_atomic(path, before)
     if args.json:
         write_json(Path(args.json), outcomes)
-    return report(outcomes, args.check, tuple(sorted(broken)), orphans, bad)
+    return report(outcomes, args.check, tuple(sorted(broken)), orphans, bad, skipped)
 
 
-def write_json(path: Path, outcomes: list[Outcome]) -> None:
-    """The per-file summary for scripts (--json=PATH)."""
-    files = [{"path": o.cache_path, "targets": [t.label for t in o.targets], "ok": o.ok,
-              "problem": o.problem, "kept": o.kept.count, "kept_by": dict(o.kept.by),
-              "dropped": o.kept.dropped, "dropped_kernels": list(o.kept.dropped_kernels),
-              "change": None if o.change is None else vars(o.change)} for o in outcomes]
-    path.write_text(json.dumps({"files": files}, indent=2, sort_keys=True) + "\n",
-                    encoding="utf-8")
+def skip_cpu_only(targets: list[DumpTarget], plan: Plan, patterns: Sequence[str]
+                  ) -> tuple[list[DumpTarget], list[str]]:
+    """Without a GPU (and no remote executor), XLA writes no autotuning results, so the
+    dumps of backend "xla" could only fail: they are left out and named, unless the patterns
+    name the test or its `.dump` (then it runs, and its failure says why)."""
+    if plan.gpus or plan.delegated_to:
+        return targets, []
+    named = {normalize_label(p) for p in patterns}
+    skipped = [t for t in targets if t.backend == "xla"
+               and not named & {t.label, t.test_label}]
+    if skipped:
+        log(f"no GPU here: leaving out {len(skipped)} dump(s) of backend \"xla\"")
+    return ([t for t in targets if t not in skipped],
+            [f"{t.cache_path}: SKIPPED ({t.label}): backend \"xla\" and no GPU on this "
+             "machine (XLA tunes nothing and writes no results on CPU); regenerate it on a GPU "
+             f"host (`bazel run {t.test_label}.regen` there)" for t in skipped])
+
+
+def sharers_of_new_files(bazel: Bazel, workspace: Path, targets: list[DumpTarget],
+                         query_flags: Sequence[str]) -> tuple[list[DumpTarget], tuple[str, ...]]:
+    """After a narrowed search (find_dump_targets): the dumps of every test in the workspace
+    that shares a cache file that is missing or empty, so that the file is created with all
+    of their entries; and the packages that failed to load during that search."""
+    new_files = sorted({t.cache_path for t in targets
+                        if not (workspace / t.cache_path).is_file()
+                        or not (workspace / t.cache_path).read_bytes().strip()})
+    if not new_files:
+        return targets, ()
+    log(f"{', '.join(new_files)} {'does' if len(new_files) == 1 else 'do'} not exist yet (or "
+        "is empty): looking for every test that shares it in the whole workspace")
+    wider = widen_search(bazel, new_files, query_flags)
+    known = {t.label for t in targets}
+    for target in wider.targets:
+        if target.label not in known:
+            log(f"  {target.label} -> {target.cache_path} (shares it)")
+    return merge_targets(targets, wider.targets), wider.broken_packages
 
 
 def widen_where_entries_would_go(
@@ -530,41 +570,6 @@ def widen_where_entries_would_go(
     else:
         log("no other test shares them: the entries are no longer used")
     return merge_targets(targets, extra), wider.broken_packages
-
-
-def report(outcomes: list[Outcome], check: bool, broken: tuple[str, ...] = (),
-           orphans: Sequence[Orphan] = (), bad_patterns: Sequence[str] = ()) -> int:
-    """Prints the per-file summary; returns 1 when a dump failed, a package did not load, a
-    pattern named nothing, a committed cache is orphaned (regen_orphans.py) or, with --check,
-    a cache differs."""
-    print("\nregen_cache summary:")
-    for outcome in outcomes:
-        if outcome.change is not None:
-            verb = "would change" if check and outcome.change.differs else "ok"
-            shared = (f" (shared by {len(outcome.targets)} tests)"
-                      if len(outcome.targets) > 1 else "")
-            print(f"  {outcome.cache_path}: {verb}: {outcome.change.describe()}{shared}; "
-                  f"{outcome.kept.describe()}")
-        else:
-            print(f"  {outcome.cache_path}: NOT REGENERATED ({outcome.labels}): "
-                  f"{outcome.problem}")
-    for orphan in orphans:
-        print(f"  {orphan.advice()}")
-    for line in bad_patterns:
-        print(f"  {line}")
-    for package in broken:
-        print(f"  {package}: PACKAGE FAILED TO LOAD: its autotuned tests (if any) were not "
-              "regenerated; fix the errors Bazel printed above and rerun")
-    failed = [o for o in outcomes if not o.ok]
-    differs = [o for o in outcomes if o.change is not None and o.change.differs]
-    written = "would change" if check else "rewritten"
-    print(f"{len(outcomes)} cache(s): {len(differs)} {written}, {len(failed)} failed"
-          + (f", {len(orphans)} orphaned" if orphans else "")
-          + (f", {len(broken)} package(s) failed to load" if broken else "")
-          + (f", {len(bad_patterns)} pattern(s) named nothing" if bad_patterns else ""))
-    if failed or broken or orphans or bad_patterns or (check and differs):
-        return 1
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,9 @@ class Change:
     unchanged: int = 0
     identical_bytes: bool = False
     created: bool = False
+    # Entries matched under a new key, by why the key changed ("candidate list changed",
+    # "kernel source changed", "toolchain changed", "key changed"), sorted.
+    rekeyed: tuple[tuple[str, int], ...] = ()
 
     @property
     def differs(self) -> bool:
@@ -43,9 +46,12 @@ class Change:
         if self.identical_bytes:
             return f"unchanged ({self.unchanged} entries, byte-identical)"
         prefix = "created: " if self.created else ""
-        return prefix + change_counts({"winner changed": self.changed, "re-timed": self.retimed,
+        line = prefix + change_counts({"winner changed": self.changed, "re-timed": self.retimed,
                                        "new": self.added, "removed": self.removed,
                                        "unchanged": self.unchanged})
+        # A candidate added, or a kernel edited, changes the key of an entry whose winner and
+        # time may stay the same: say so, or a reviewer would see "1 unchanged" and no change.
+        return line + "".join(f"; {n} {why}" for why, n in self.rekeyed)
 
 
 def strip_timing(payload: bytes) -> bytes | None:
@@ -64,6 +70,28 @@ def strip_timing(payload: bytes) -> bytes | None:
     for candidate in result.candidates:
         candidate.ClearField("time_ms")
     return entry.SerializeToString(deterministic=True)
+
+
+def rekey_reason(old: Row, new: Row) -> str:
+    """Why an entry matched by kernel, problem and device has a new key, in the words of the
+    regen summary: which part of our key changed ("key changed" for other formats)."""
+    keys = []
+    for row in (old, new):
+        entry = pb.Entry()
+        try:
+            entry.ParseFromString(row.payload)
+        except Exception:  # noqa: BLE001 - an XLA row's payload is not our Entry
+            return "key changed"
+        keys.append(entry.key)
+    if not keys[0].kernel:
+        return "key changed"
+    if keys[0].source_fingerprint != keys[1].source_fingerprint:
+        return "kernel source changed"
+    if keys[0].configs_fingerprint != keys[1].configs_fingerprint:
+        return "candidate list changed"
+    if old.toolchain != new.toolchain:
+        return "toolchain changed"
+    return "key changed"
 
 
 def _rows(data: bytes, suffix: str) -> list[Row]:
@@ -167,10 +195,12 @@ def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
     old_rows = _rows(old, suffix)
     pairs, removed = diff_rows(old_rows, new_rows)
     kinds = Counter(kind for kind, _, _ in pairs)
+    rekeyed = Counter(rekey_reason(o, r) for _, o, r in pairs if o is not None and o.id != r.id)
     return Change(
         added=kinds["new"],
         removed=len(removed),
         changed=kinds["winner changed"],
         retimed=kinds["re-timed"],
         unchanged=kinds["unchanged"],
+        rekeyed=tuple(sorted(rekeyed.items())),
     )

@@ -71,23 +71,49 @@ def test_regen_writes_a_binary_committed_cache(tmp_path: Path, existing: bool) -
     assert outcome.change.created == (not existing)
 
 
-def test_an_unreadable_committed_cache_fails_only_its_own_target(
+def test_a_broken_committed_cache_is_replaced_and_said_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hand-broken committed file (merge-conflict markers, text in a binary file) is what the
+    regen is for: its dump did not load it (the test wrapper), so the dump replaces it. An
+    unreadable dump still fails only its own file."""
     workspace = tmp_path / "ws"
     (workspace / "pkg").mkdir(parents=True)
     (workspace / "pkg/t.pb").write_bytes(b"version: 1\nthis is text in a binary file\n")
+    (workspace / "pkg/c.textproto").write_bytes(b"<<<<<<< HEAD\nversion: 1\n=======\n")
     test_dir = _dump_dir(tmp_path, serialize_results([_on("cpu-interpreter", "n=1", 7)], text=True))
-    bad = regen_cache.regenerate_one(regen_bazel.DumpTarget("//pkg:t.dump", "pkg/t.pb"),
-                                     "PASSED", test_dir, workspace, check=False)
+    replaced = [regen_cache.regenerate_one(regen_bazel.DumpTarget(f"//pkg:{n}.dump", f"pkg/{n}"),
+                                           "PASSED", test_dir, workspace, check=False)
+                for n in ("t.pb", "c.textproto")]
+    assert all(o.ok for o in replaced), replaced
+    assert {e.result.time_ms for e in load_results(workspace / "pkg/t.pb")} == {7.0}
+    assert {e.result.time_ms for e in load_results(workspace / "pkg/c.textproto")} == {7.0}
+    bad_dump = _dump_dir(tmp_path / "other", b"<<<<<<< HEAD\n")
+    bad = regen_cache.regenerate_one(regen_bazel.DumpTarget("//pkg:u.dump", "pkg/u.textproto"),
+                                     "PASSED", bad_dump, workspace, check=False)
     assert not bad.ok and "CorruptFileError" in bad.problem and "left as is" in bad.problem
-    assert (workspace / "pkg/t.pb").read_bytes().startswith(b"version: 1\nthis is text")
-    good = regen_cache.regenerate_one(regen_bazel.DumpTarget("//pkg:u.dump", "pkg/u.textproto"),
-                                      "PASSED", test_dir, workspace, check=False)
-    assert good.ok
-    assert regen_cache.report([bad, good], check=False) == 1
+    assert not (workspace / "pkg/u.textproto").exists()
+    assert regen_cache.report([*replaced, bad], check=False) == 1
     out = capsys.readouterr().out
-    assert "pkg/t.pb: NOT REGENERATED (//pkg:t.dump): CorruptFileError" in out, out
-    assert "pkg/u.textproto: ok: created" in out and "2 cache(s): 1 rewritten, 1 failed" in out
+    assert ("pkg/c.textproto: ok: replaced a broken results file (not a valid text-format "
+            "autotune results file: line 1 holds an unresolved merge-conflict marker") in out, out
+    assert "pkg/t.pb: ok: replaced a broken results file (" in out
+    assert "pkg/u.textproto: NOT REGENERATED (//pkg:u.dump): CorruptFileError" in out
+    assert "3 cache(s): 2 rewritten, 1 failed" in out
+
+
+def test_a_symlinked_committed_cache_is_written_through_the_link(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "pkg").mkdir(parents=True)
+    shared = tmp_path / "elsewhere/shared.textproto"
+    shared.parent.mkdir()
+    save_results(shared, [_on("cpu-interpreter", "n=1", 3)])
+    (workspace / "pkg/t.textproto").symlink_to(shared)
+    test_dir = _dump_dir(tmp_path, serialize_results([_on("cpu-interpreter", "n=1", 7)], text=True))
+    outcome = regen_cache.regenerate_one(regen_bazel.DumpTarget("//pkg:t.dump", "pkg/t.textproto"),
+                                         "PASSED", test_dir, workspace, check=False)
+    assert outcome.ok and outcome.notes == (f"written through the symlink to {shared}",)
+    assert (workspace / "pkg/t.textproto").is_symlink()
+    assert {e.result.time_ms for e in load_results(shared)} == {7.0}
 
 
 # --- regen_cache against a fake Bazel: exit codes and flags ------------------------------------
@@ -152,8 +178,9 @@ def test_a_failed_inner_build_is_reported_as_such(
     assert "test.log" not in out
     queries = [a for a in invocations if a[0] == "query"]
     (test,) = [a for a in invocations if a[0] == "test"]
-    # The autotuned tests, their dumps, and the dumps that share their cache files.
-    assert len(queries) == 3 and all("--override_repository=x=/y" in q for q in queries)
+    # The autotuned tests, their dumps, the dumps that share their cache files in the packages
+    # looked at, and (the file does not exist yet) those in the whole workspace.
+    assert len(queries) == 4 and all("--override_repository=x=/y" in q for q in queries)
     assert all("--keep_going" in q for q in queries)
     assert "--override_repository=x=/y" in test
 
@@ -166,8 +193,8 @@ def test_bazel_flags_that_query_rejects_still_go_to_the_test_run(
     assert "querying without --bazel_flag values" in capfd.readouterr().err
     queries = [a for a in invocations if a[0] == "query"]
     (test,) = [a for a in invocations if a[0] == "test"]
-    # One rejected query with the flag, then the three queries without it.
-    assert ["--test_env=A=1" in q for q in queries] == [True, False, False, False]
+    # One rejected query with the flag, then the four queries without it.
+    assert ["--test_env=A=1" in q for q in queries] == [True, False, False, False, False]
     assert "--test_env=A=1" in test
 
 

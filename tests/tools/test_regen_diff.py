@@ -115,4 +115,22 @@ def test_a_kernel_edit_loses_no_entries_so_a_narrowed_check_stays_narrow(tmp_pat
     save_results(b, new)
     change = regen_diff.compare(a.read_bytes(), b.read_bytes(), ".textproto")
     assert (change.removed, change.changed, change.unchanged) == (0, 1, 1)
-    assert change.describe() == "1 winners changed, 0 re-timed, 0 new, 0 removed, 1 unchanged"
+    assert change.describe() == ("1 winners changed, 0 re-timed, 0 new, 0 removed, 1 unchanged; "
+                                 "2 kernel source changed")
+
+
+def test_a_rekeyed_entry_says_which_part_of_its_key_changed(tmp_path: Path) -> None:
+    """A candidate added to a kernel whose winner stays: "1 unchanged" alone would show a
+    reviewer no difference, so the summary names the key's change, in diff's words."""
+    old = [_entry("n=1", 1, 64), _entry("n=2", 2, 64), _entry("n=3", 3, 64)]
+    new = [_entry("n=1", 1, 64), _entry("n=2", 2, 64), _entry("n=3", 3, 64)]
+    new[0].key.configs_fingerprint = "one more config"
+    new[1].key.source_fingerprint = "edited"
+    new[1].result.time_ms = 5
+    a, b = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    save_results(a, old)
+    save_results(b, new)
+    change = regen_diff.compare(a.read_bytes(), b.read_bytes(), ".textproto")
+    assert change.rekeyed == (("candidate list changed", 1), ("kernel source changed", 1))
+    assert change.describe() == ("0 winners changed, 1 re-timed, 0 new, 0 removed, 2 unchanged; "
+                                 "1 candidate list changed; 1 kernel source changed")
