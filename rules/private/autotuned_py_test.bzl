@@ -159,14 +159,16 @@ def autotuned_py_test(
       test wrapper (XLA, so these tests always run through it) apply the user's AUTOTUNE_FLAGS /
       XLA_FLAGS first and the macro's after, and fail on a flag both set differently. Plus the require-complete flag when asked, and
       `AUTOTUNE_REGEN_HINT` (`bazel run [@repo]//pkg:<name>.regen`). Tagged "autotuned".
-      Sharding works as configured: with `shard_count > 1` the main runs through
-      `rules_autotune_test_wrapper.py`, which gives plain `unittest.main()` mains Bazel's sharding
-      protocol (each shard runs every N-th test case by id and touches TEST_SHARD_STATUS_FILE);
-      absltest's own sharding is detected and left alone. A shard whose main claims no
-      sharding support fails with a message saying so. With `runner = "pytest"` the test
-      always runs through the wrapper, which runs pytest on the main with the macro's flags
-      as the autotune_cache plugin's options (and, when sharded, gives each shard every N-th
-      test item by sorted node id).
+      The main runs through `rules_autotune_test_wrapper.py`, which first checks the
+      committed cache (a broken file fails the test with its workspace path and the regen
+      command) and, with `runner = "main"`, fails a main that defines tests and runs none.
+      Sharding works as configured: with `shard_count > 1` the wrapper gives plain
+      `unittest.main()` mains Bazel's sharding protocol (each shard runs every N-th test case by
+      id and touches TEST_SHARD_STATUS_FILE); absltest's own sharding is detected and left
+      alone. A shard whose main claims no sharding support fails with a message saying so.
+      With `runner = "pytest"` the wrapper runs pytest on the main with the macro's flags as
+      the autotune_cache plugin's options (and, when sharded, gives each shard every N-th test
+      item by sorted node id).
     - `<name>.dump`: the same test dumping to
       `TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto` (dump_test.bzl). It also loads
       the existing cache, so only new or stale keys are tuned. `shard_count` is 1, its size and
@@ -210,8 +212,9 @@ def autotuned_py_test(
         (a strict miss fails the one test item that missed), `args` are passed to pytest,
         pytest writes `XML_OUTPUT_FILE`, and with `shard_count > 1` each shard runs every
         N-th item by sorted node id. pytest comes from the `@rules_autotune//:pytest` label
-        flag (default: the ruleset's hub). Starlark cannot read the main, so this is not
-        detected: a pytest file run as "main" defines its tests and runs none.
+        flag (default: the ruleset's hub). A main run as "main" that defines `test*`
+        functions or `Test*` classes and runs none of them (no `__name__` check, no call) fails
+        with a message that names this attribute.
       require_complete: in load mode a missing result is an error naming the regen command,
         instead of a silent re-tune. Never applied to `.dump`.
       all_kernels: backend "triton" only: route every `triton.autotune` in the test process
@@ -279,6 +282,7 @@ def autotuned_py_test(
     # main (`<name>.py`) would be `<name>.dump.py` for the dump, so main is always explicit.
     user_main = main if main != None else _default_main(name, srcs)
     wrapper = Label("//rules/private:rules_autotune_test_wrapper.py")
+    deps = deps + [Label("//rules/private:test_checks")]
     if runner == "pytest":
         deps = deps + [Label("//rules/private:pytest_runner")]
         env = dict(env)
@@ -305,12 +309,12 @@ def autotuned_py_test(
         location = location,
         regen_hint = regen_hint,
         user_main = user_main,
-        main = main,
         wrapper = wrapper,
-        # Backend "xla": the wrapper sets XLA_FLAGS from the macro's and the user's flags. A
-        # select() env: the wrapper sets the macro's variables. all_kernels: the wrapper
-        # switches the routing on before the main runs.
-        always_wrap = runner == "pytest" or backend == "xla" or select_env != None or all_kernels,
+        # Every load test runs through the wrapper: it checks the committed cache (a broken
+        # one fails naming the regen command, where XLA on CPU would ignore it) and fails a
+        # main that defines tests and runs none (a pytest-style file left as runner "main").
+        # It also sets XLA_FLAGS (backend "xla"), the macro's variables (a select() env) and
+        # the routing (all_kernels) before the main runs.
         shard_test_cases = shard_test_cases,
         tags = tags,
         **kwargs

@@ -21,9 +21,7 @@ def autotuned_load_test(
         location,
         regen_hint,
         user_main,
-        main,
         wrapper,
-        always_wrap,
         shard_test_cases,
         tags,
         **kwargs):
@@ -41,11 +39,7 @@ def autotuned_load_test(
       location: the resolved cache (cache_location.bzl).
       regen_hint: the command that regenerates the cache, for the miss message.
       user_main: the user's main file (explicit, or the default one).
-      main: the user's `main` attribute, or None.
       wrapper: the Label of rules_autotune_test_wrapper.py.
-      always_wrap: run the main through the wrapper even when not sharded (`runner =
-        "pytest"`: the wrapper runs pytest; backend "xla": the wrapper sets XLA_FLAGS from the
-        macro's flags and the user's).
       shard_test_cases: the macro's `shard_test_cases`.
       tags: the user's tags.
       **kwargs: the remaining py_test attributes.
@@ -55,18 +49,15 @@ def autotuned_load_test(
     load_kwargs = dict(kwargs)
     load_srcs = srcs
     load_data = data + ([location.label] if location.exists else [])
-    if always_wrap or (kwargs.get("shard_count") or 0) > 1:
-        # Sharded: the wrapper gives plain unittest mains (and pytest items) Bazel's sharding
-        # protocol. `runner = "pytest"`: the wrapper runs pytest. Backend "xla": it sets
-        # XLA_FLAGS.
-        load_env[TEST_MAIN_ENV] = "$(rootpath {})".format(user_main)
-        if not shard_test_cases:
-            load_env[SHARD_TEST_CASES_ENV] = "0"
-        load_srcs = srcs + [wrapper]
-        load_data = load_data + [user_main]
-        load_kwargs["main"] = wrapper
-    elif main != None:
-        load_kwargs["main"] = main
+
+    # The main always runs through the wrapper (autotuned_py_test.bzl says why); sharded, it
+    # gives plain unittest mains (and pytest items) Bazel's sharding protocol.
+    load_env[TEST_MAIN_ENV] = "$(rootpath {})".format(user_main)
+    if not shard_test_cases:
+        load_env[SHARD_TEST_CASES_ENV] = "0"
+    load_srcs = srcs + [wrapper]
+    load_data = load_data + [user_main]
+    load_kwargs["main"] = wrapper
     test_env, test_args = env_and_args(load_env, select_env, args)
     py_test(
         name = name,

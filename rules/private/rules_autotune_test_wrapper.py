@@ -45,12 +45,14 @@ installed. The argument list below follows pytest-bazel's; docs/pytest.md record
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
 import sys
 import unittest
 from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
+from types import ModuleType
 
 # Exit code for a test that cannot run as configured (distinct from a failing test's 1).
 EXIT_BAD_SETUP = 2
@@ -422,14 +424,40 @@ def run_pytest(user_main: Path, sharding: Sharding | None) -> int:
     return code
 
 
+def _load_checks() -> ModuleType:
+    """rules_autotune_test_checks.py: from //rules/private:test_checks (`imports = ["."]`),
+    else the file beside this one (a wrapper run outside Bazel, or in safe-path mode)."""
+    try:
+        import rules_autotune_test_checks
+
+        return rules_autotune_test_checks
+    except ImportError:
+        path = Path(__file__).with_name("rules_autotune_test_checks.py")
+        spec = importlib.util.spec_from_file_location("rules_autotune_test_checks", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
 def main() -> None:
     """Checks or installs sharding, then runs the user's main as py_test would have (or with
     pytest, for `runner = "pytest"`)."""
     sys.argv = apply_env_arguments(sys.argv, os.environ)
+    checks = _load_checks()
+    check_committed_cache, dump_note, no_test_runs = (
+        checks.check_committed_cache, checks.dump_note, checks.no_test_runs)
     problem = sharding_error(os.environ)
+    note, can_run = dump_note(os.environ)
+    if problem or not can_run:
+        print(problem or note, file=sys.stderr)
+        sys.exit(EXIT_BAD_SETUP)
+    if note:
+        print(note, file=sys.stderr)
+    problem = check_committed_cache(os.environ)
     if problem:
         print(problem, file=sys.stderr)
-        sys.exit(EXIT_BAD_SETUP)
+        sys.exit(1)
     xla_flags = merge_xla_flags(os.environ)
     if xla_flags is not None:
         os.environ[XLA_FLAGS_ENV] = xla_flags
@@ -456,6 +484,10 @@ def main() -> None:
                   "and touch TEST_SHARD_STATUS_FILE.", file=sys.stderr)
             sys.exit(EXIT_BAD_SETUP)
         sys.exit(code)
+    problem = no_test_runs(user_main)
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(EXIT_BAD_SETUP)
     if sharding is not None:
         # Start from a clean slate, so that the file existing later means this process claimed
         # the protocol (absltest touches it before collecting the tests).
