@@ -132,8 +132,11 @@ class Cache:
         # A broken results file a regen replaces is not loaded (DumpFile.skips_load).
         loads = [p for p in self.settings.load_from
                  if self._dump is None or not self._dump.skips_load(p)]
-        self.memory = ProcessTier.from_files(
-            loads, read_from=None if self._dump is None else self._dump.load_path)
+        try:
+            self.memory = ProcessTier.from_files(
+                loads, read_from=None if self._dump is None else self._dump.load_path)
+        except CorruptFileError as e:
+            raise CorruptFileError(f"{e}\n{self.regen_line()}") from None
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 
     def use_cache_dir(self, directory: Path) -> None:
@@ -191,8 +194,14 @@ class Cache:
         warn_damaged(found.origin, problem)
         return False
 
+    def _committed_only(self) -> bool:
+        """Strict with files loaded: a hit only in a tier outside the files is a miss."""
+        return self.settings.require_complete and bool(self.settings.load_from)
+
     def _find(self, key: CacheKey, candidates: Iterable[pb.Config] | None) -> Found | None:
         for i, tier in enumerate(self.tiers):
+            if i and self._committed_only():
+                break
             found = tier.get(key)
             if found is not None and self._usable(found, key, candidates):
                 # Keep a copy in the shared tiers before this one for the next process.
@@ -234,11 +243,27 @@ class Cache:
                 log.info("autotune_cache: candidate list of %s changed; re-tuning only the new "
                          "candidates", key.describe())
             if self.settings.require_complete:
-                error = MissingResultError(self.missing_message(key, near, candidates))
+                message = self.missing_message(key, near, candidates)
+                elsewhere = [t.name for t in self.tiers[1:] if t.get(key) is not None]
+                if elsewhere and self._committed_only():
+                    message += (f"\n(The {elsewhere[0]} tier holds it, which does not count: "
+                                f"under {self.require_flag} only the loaded files do.)")
+                error = MissingResultError(message)
                 self._tell(key, None, error)
                 raise error
             self._tell(key, None)
             return None
+
+    def peek(self, key: CacheKey, candidates: Sequence[pb.Config]) -> pb.Entry | None:
+        """The entry a lookup of `key` would return, counting nothing and never raising (a
+        miss is None): for a caller that learns only later whether the key is its to serve
+        (triton/seeding.py asks, then calls hit() on the keys it serves)."""
+        with self._lock:
+            try:
+                found = self._find(key, list(candidates))
+            except CorruptFileError:
+                return None  # the lookup that follows says so
+        return None if found is None else found.entry
 
     def reject_winner(self, key: CacheKey, entry: pb.Entry, reason: str) -> None:
         """The winner `entry` names for `key` failed to compile or launch in this process
