@@ -98,7 +98,8 @@ class MissRecorder:
 _COUNTERS = ("hits", "misses", "stale", "candidates_changed", "tuned", "peer_results",
              "benchmarks", "tuning_seconds", "saved_seconds", "deferred", "warmups_recorded",
              "warmups_ahead", "library_configs")
-_KERNEL_SETS = ("kernels_on_triton", "kernels_ran_on_triton", "kernels_tuned_on_triton")
+_KERNEL_SETS = ("kernels_on_triton", "kernels_ran_on_triton", "kernels_tuned_on_triton",
+                "kernels_seeded")
 
 
 def add_stats(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -46,6 +46,8 @@ class Stats:
     kernels_ran_on_triton: set[str] = field(default_factory=set)
     kernels_tuned_on_triton: set[str] = field(default_factory=set)
     library_configs: int = 0
+    # Tuners of their own (not routable) whose memo the cache seeded (triton/seeding.py).
+    kernels_seeded: set[str] = field(default_factory=set)
     loaded_on_triton: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # Set when a runner already showed these numbers (the pytest plugin's terminal summary): the
@@ -100,6 +102,12 @@ class Stats:
             self.kernels_tuned_on_triton.add(kernel)
             return first
 
+    def seeded(self, kernel: str) -> None:
+        """A library's own tuner of `kernel` was given its picks through its memo."""
+        if kernel not in self.kernels_seeded:
+            with self._lock:
+                self.kernels_seeded.add(kernel)
+
     def library_config(self) -> None:
         """A routed library supplied a launch key's config itself (not tuned, not cached)."""
         with self._lock:
@@ -143,6 +151,7 @@ class Stats:
         data["kernels_on_triton"] = sorted(self.kernels_on_triton)
         data["kernels_ran_on_triton"] = sorted(self.kernels_ran_on_triton)
         data["kernels_tuned_on_triton"] = sorted(self.kernels_tuned_on_triton)
+        data["kernels_seeded"] = sorted(self.kernels_seeded)
         data["loaded_on_triton"] = dict(sorted(self.loaded_on_triton.items()))
         data["tuning_seconds"] = round(self.tuning_seconds, 6)
         data["saved_seconds"] = round(self.saved_seconds, 6)
@@ -203,6 +212,10 @@ def outcome_clauses(counts: Mapping[str, Any]) -> str:
     if count("library_configs"):
         text += (f", {count('library_configs')} launch key(s) ran the config their library "
                  "supplied itself")
+    seeded = sorted(counts.get("kernels_seeded", ()))
+    if seeded:
+        text += (f", {len(seeded)} kernel(s) seeded: their library's own tuner was given the "
+                 f"cached picks through its memo: {_first_few(seeded)}")
     ran = sorted(counts.get("kernels_ran_on_triton", ()))
     if ran:
         tuned = len(counts.get("kernels_tuned_on_triton", ()))

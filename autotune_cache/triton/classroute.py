@@ -35,14 +35,14 @@ import gc
 import inspect
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from triton.runtime import autotuner as _triton_autotuner
 
 from autotune_cache.cache import get_cache
 from autotune_cache.errors import UnroutedTuningError
-from autotune_cache.triton import hooks, preload
+from autotune_cache.triton import hooks, preload, seeding
 from autotune_cache.triton.autotuner import Autotuner
 from autotune_cache.triton.fingerprint import qualified_name
 from autotune_cache.triton.problem import triton_style_key
@@ -167,24 +167,42 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     extra = arguments.pop(_originals["var_keyword"], None) if _originals["var_keyword"] else None
     if extra:
         arguments.update(extra)
-    vars(self)[ROUTE_ATTR] = Route(arguments, blocking_methods(type(self)))
+    route = vars(self)[ROUTE_ATTR] = Route(arguments, blocking_methods(type(self)))
+    if route.blocked_by or overrides_run(type(self)):
+        seeding.attach(self, ", ".join(route.blocked_by or ["run"]), bool(route.blocked_by))
+
+
+def overrides_run(kind: type) -> bool:
+    """Whether `kind` replaces Triton's `run()` (which may or may not call it: seeding.py
+    finds out at the first launch)."""
+    return any("run" in vars(klass) for klass in kind.__mro__[:kind.__mro__.index(TritonAutotuner)])
 
 
 def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
     route = _route_of(self)
     if route is not None and not route.blocked_by:
         vars(self)[RAN_ATTR] = True
+        seeded = seeding.of(self)
+        if seeded is not None:
+            seeded.routed()
         return route.run(self, args, kwargs)
-    if RAN_ATTR not in vars(self):
+    if seeding.of(self) is not None:  # launched through its memo: seeding.py
+        vars(self)[RAN_ATTR] = True
+    elif RAN_ATTR not in vars(self):
         vars(self)[RAN_ATTR] = True
         get_cache().stats.ran_on_triton(qualified_name(self.fn))
     return _originals["run"](self, *args, **kwargs)
 
 
 def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
-    if not isinstance(self, Autotuner):
-        tuning_on_triton(self)
-    return _originals["_bench"](self, *args, config=config, **meta)
+    if isinstance(self, Autotuner):
+        return _originals["_bench"](self, *args, config=config, **meta)
+    tuning_on_triton(self)
+    result = _originals["_bench"](self, *args, config=config, **meta)
+    seeded = seeding.of(self)
+    if seeded is not None:
+        seeded.timed(config, result)
+    return result
 
 
 def _timer(self: Any) -> Any:
@@ -211,6 +229,9 @@ def why_unrouted(tuner: Any) -> str:
         return (f"its class {kind.__module__}.{kind.__qualname__} overrides "
                 f"{', '.join(route.blocked_by)} of Triton's Autotuner, which the cache's tuner "
                 "would not run, so it is not routed")
+    if seeding.of(tuner) is not None:
+        return (f"its class {kind.__module__}.{kind.__qualname__} replaces run() of Triton's "
+                "Autotuner and never calls it, so it is not routed")
     if _capturing:
         return ("it was built before autotune_cache.triton.install() switched the routing on "
                 "(its library was imported first)")
@@ -220,6 +241,12 @@ def why_unrouted(tuner: Any) -> str:
 def tuning_on_triton(tuner: Any) -> None:
     """Triton's own autotuner is about to tune `tuner`'s kernel: note it, or under
     require-complete raise UnroutedTuningError naming the kernel and the fix."""
+    seeded = seeding.of(tuner)
+    why_not_seeded = seeded.tuning(tuner) if seeded is not None else None
+    if seeded is not None and why_not_seeded is None:
+        return  # a seeded tuner tuning a key the cache lacks, recorded at the launch's end
+    if why_not_seeded == "routed":
+        seeded = why_not_seeded = None
     kernel = qualified_name(tuner.fn)
     cache = get_cache()
     first = cache.stats.tuned_on_triton(kernel)
@@ -227,7 +254,6 @@ def tuning_on_triton(tuner: Any) -> None:
         return
     module = kernel.rpartition(".")[0]
     kind = type(tuner)
-    route = _route_of(tuner)
     loaded = cache.loaded_cost(kernel)[0]
     lines = [
         f"autotune_cache: Triton's own autotuner is tuning {kernel} (a "
@@ -235,11 +261,14 @@ def tuning_on_triton(tuner: Any) -> None:
         "forbids tuning here.",
         f"It is not served by the cache: {why_unrouted(tuner)}.",
     ]
+    if why_not_seeded is not None:
+        lines.append(f"Nor can the cache seed it: {why_not_seeded}.")
     if loaded:
         lines.append(f"The loaded results hold {loaded} entries of it, unused.")
-    if route is not None and route.blocked_by:
+    if seeded is not None:
         lines.append("Fix: run this kernel's tests without require-complete, or give the "
-                     "library a tuner that keeps Triton's tuning path.")
+                     "library's tuner a memo it asks before benchmarking (self.cache, as "
+                     "Triton's has); docs/third-party-kernels.md says what seeding needs.")
     else:
         lines.append("Fix: " + ALL_KERNELS_FIX.format(module=module) + "; then dump the cache "
                      "again.")
@@ -278,24 +307,35 @@ class Tuner:
 
     kind: str  # its class, module-qualified
     kernel: str  # the kernel's module-qualified name
-    owner: str  # "autotune_cache" (our decorator), "routed" (built by a library, routed), or
-    #             "triton" (left on Triton's autotuner)
+    owner: str  # "autotune_cache" (our decorator), "routed" (built by a library, routed),
+    #             "seeded" (a library's own tuner, given the cache's picks through its memo:
+    #             seeding.py) or "triton" (left on Triton's autotuner)
     ran: bool
+    why: str = field(default="", compare=False)  # why it is seeded or left on Triton
 
 
 def describe(tuner: Any) -> Tuner:
-    """The census row of one Triton autotuner (ours, routed, or left on Triton)."""
+    """The census row of one Triton autotuner (ours, routed, seeded, or left on Triton)."""
     kind = type(tuner)
     kernel = qualified_name(tuner.fn)
+    why = ""
     if isinstance(tuner, Autotuner):
         owner, ran = "autotune_cache", "best_config" in vars(tuner)
     else:
         # One that timed through Triton's benchmarker tuned on Triton, whatever its route says
         # (a subclass whose own run() never reaches the routed path).
         tuned_there = kernel in get_cache().stats.kernels_tuned_on_triton
-        owner = "routed" if is_routed(tuner) and not tuned_there else "triton"
-        ran = RAN_ATTR in vars(tuner) or tuned_there
-    return Tuner(f"{kind.__module__}.{kind.__qualname__}", kernel, owner, ran)
+        seeded = seeding.of(tuner)
+        ran = RAN_ATTR in vars(tuner) or tuned_there or (seeded is not None and seeded.launched)
+        if tuned_there:
+            owner, why = "triton", why_unrouted(tuner)
+        elif seeded is not None and seeded.mode == "seeded":
+            owner, why = "seeded", seeded.why
+        elif is_routed(tuner):
+            owner = "routed"
+        else:
+            owner, why = "triton", why_unrouted(tuner)
+    return Tuner(f"{kind.__module__}.{kind.__qualname__}", kernel, owner, ran, why)
 
 
 def census() -> list[Tuner]:

@@ -142,20 +142,26 @@ def test_a_tuner_built_before_install_is_named_as_such_under_strict(use_cache) -
         lib.own(x())
 
 
-def test_a_subclass_overriding_the_tuning_path_stays_on_triton_and_is_named(use_cache) -> None:
+def test_a_subclass_overriding_the_tuning_path_is_seeded_and_a_miss_is_named(use_cache) -> None:
+    """It keeps Triton's run() and memo, so the cache seeds the memo (triton/seeding.py): with
+    nothing loaded, a strict launch is the usual miss, naming the library's own memo key."""
+    from autotune_cache.errors import MissingResultError
+
     use_cache(require_complete=True)
     with installed():
         lib = library()
-    with pytest.raises(UnroutedTuningError) as raised:
+    with pytest.raises(MissingResultError) as raised:
         lib.pruned(x())
-    assert PRUNED in str(raised.value)
-    assert "PrunedTuner overrides prune_configs" in str(raised.value)
-    assert census_row(lib.pruned_kernel) == classroute.Tuner(f"{PKG}.own_tuner.PrunedTuner",
-                                                             PRUNED, "triton", True)
+    assert not isinstance(raised.value, UnroutedTuningError)
+    assert f"{PRUNED} [memo=(100,torch.float32,torch.float32)]" in str(raised.value)
+    row = census_row(lib.pruned_kernel)
+    assert (row.kind, row.owner, row.ran) == (f"{PKG}.own_tuner.PrunedTuner", "seeded", True)
+    assert "overrides prune_configs" in row.why
 
 
 def test_triton_tuning_outside_strict_mode_is_said_in_the_summary(use_cache) -> None:
     cache = use_cache()
+    classroute.patch()  # as the switch or strict mode would (a tuner built outside them)
     lib = library()
     tuner = lib.lib_autotune(lib.CONFIGS, ["n"], do_bench=wall_clock)(lib.own_kernel.fn)
     out = torch.empty(100)
@@ -189,26 +195,31 @@ def test_a_changed_candidate_list_is_named_as_such_with_the_added_config(
 
 
 @pytest.mark.parametrize("name, added", [("benching_kernel", 5), ("policy_kernel", 7)])
-def test_strict_mode_catches_a_subclass_timing_configs_its_own_way(use_cache, name,
-                                                                   added) -> None:
-    """Issue 49: a subclass overriding `_bench`, or whose own `run()` times configs without
-    Triton's `_bench`, tuned with no error. Timing through Triton's benchmarker is watched: it is
-    noted outside strict mode (the census says "triton", not "routed") and forbidden inside."""
+def test_a_subclass_timing_configs_its_own_way_is_seeded(use_cache, name, added,
+                                                          tmp_path: Path) -> None:
+    """A subclass overriding `_bench`, or whose own `run()` times configs through
+    `self.do_bench`, keeps Triton's memo: its pick is recorded in the dump, and a strict load
+    gives it back through the memo with nothing timed (triton/seeding.py)."""
     kernel = f"{PKG}.own_tuner.{name}"
-    cache = use_cache()
+    path = tmp_path / "own.autotune.textproto"
+    cache = use_cache(dump_to=path)
     with installed():
         lib = library()
     tuner = getattr(lib, name)
     tuner._do_bench = wall_clock  # the interpreter has no GPU benchmarker
     assert torch.equal(lib.launch(tuner, x()), x() + added)
-    assert kernel in cache.stats.kernels_tuned_on_triton
-    assert census_row(tuner).owner == "triton"
+    assert kernel not in cache.stats.kernels_tuned_on_triton
+    assert census_row(tuner).owner == "seeded"
+    picked = tuner.best_config.kwargs if name == "benching_kernel" else None
+    cache.close()
+    assert [e.key.kernel for e in load_results(path)] == [kernel]
 
-    use_cache(require_complete=True)
+    cache = use_cache(load_from=(path,), require_complete=True)
     with installed():
         lib = library()
     tuner = getattr(lib, name)
-    tuner._do_bench = wall_clock
-    with pytest.raises(UnroutedTuningError) as raised:
-        lib.launch(tuner, x())
-    assert kernel in str(raised.value)
+    tuner._do_bench = None  # timing anything now fails the test
+    assert torch.equal(lib.launch(tuner, x()), x() + added)
+    assert cache.stats.hits == 1 and cache.stats.misses == 0
+    if picked is not None:
+        assert tuner.best_config.kwargs == picked

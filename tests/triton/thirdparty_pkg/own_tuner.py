@@ -129,6 +129,33 @@ def policy_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 7, mask=mask)
 
 
+class MemolessTuner(Autotuner):
+    """A tuner the cache cannot seed: its `run()` benchmarks every launch through
+    `self.do_bench` without asking its memo first."""
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        times = {}
+        for config in self.configs:
+            def call(config: Any = config) -> None:
+                self.fn.run(*args, **kwargs, **config.all_kwargs())
+            times[config] = self.do_bench(call, quantiles=(0.5, 0.2, 0.8))[0]
+        best = min(times, key=times.__getitem__)
+        return self.fn.run(*args, **kwargs, **best.all_kwargs())
+
+
+def _timed(fn: Any, quantiles: Any = None, **_: Any) -> Any:
+    fn()
+    return [1.0, 1.0, 1.0] if quantiles else 1.0
+
+
+@lib_autotune(configs=CONFIGS, key=["n"], tuner=MemolessTuner, do_bench=_timed)
+@triton.jit
+def memoless_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 9, mask=mask)
+
+
 def launch(kernel: Any, x: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x)
     kernel[_grid(x.numel())](x, out, x.numel())

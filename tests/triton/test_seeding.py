@@ -1,0 +1,207 @@
+"""Library tuners that tune by their own rules, seeded through their memo (triton/seeding.py).
+
+The library is bucketlib (tests/thirdparty/tp_src/bucketlib), shaped like an operator library's
+own tuner: a subclass of Triton's Autotuner whose `run()` never calls Triton's, a key of its own
+(sizes rounded up to a power of two, or to a multiple of 32), its own policy over `self._bench`,
+and its picks in a sqlite database behind `self.cache`. Triton's `_bench` is replaced by a table
+of times (by BLOCK_SIZE), so every pick here is known; kernels run on the CPU interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune_cache.errors import MissingResultError, UnroutedTuningError
+from autotune_cache.formats import load_results
+from autotune_cache.triton import classroute, installed, uninstall
+
+SRC = Path(__file__).resolve().parents[1] / "thirdparty" / "tp_src"
+SCALE = "bucketlib.ops.scale_kernel"
+TABLE = {16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0, 256: 1.0}
+
+
+@pytest.fixture(autouse=True)
+def library_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[int]]:
+    """bucketlib importable, its database in tmp_path, and Triton's `_bench` a table of times
+    (the BLOCK_SIZEs it was asked to time, in order, are yielded)."""
+    uninstall()
+    monkeypatch.syspath_prepend(str(SRC))
+    monkeypatch.setenv("BUCKETLIB_DB", str(tmp_path / "bucketlib.db"))
+    monkeypatch.delenv("BUCKETLIB_EXTRA_CONFIG", raising=False)
+    classroute.patch()
+    timed: list[int] = []
+
+    def table_bench(self: Any, *args: Any, config: Any, **meta: Any) -> list[float]:
+        timed.append(config.kwargs["BLOCK_SIZE"])
+        ms = TABLE[config.kwargs["BLOCK_SIZE"]]
+        return [ms, ms, ms]
+
+    monkeypatch.setitem(classroute._originals, "_bench", table_bench)
+    yield timed
+    uninstall()
+    for name in [m for m in sys.modules if m == "bucketlib" or m.startswith("bucketlib.")]:
+        del sys.modules[name]
+
+
+def bucketlib(switch: bool = True) -> types.ModuleType:
+    """bucketlib imported now (its tuners built now), under the switch unless told not to."""
+    for name in [m for m in sys.modules if m == "bucketlib" or m.startswith("bucketlib.")]:
+        del sys.modules[name]
+    if not switch:
+        return importlib.import_module("bucketlib")
+    with installed():
+        return importlib.import_module("bucketlib")
+
+
+def scale(lib: types.ModuleType, n: int) -> None:
+    x = torch.arange(n, dtype=torch.float32)
+    assert torch.equal(lib.scale(x), x * 3)
+
+
+def dump(use_cache, path: Path, sizes: tuple[int, ...] = (100, 120, 300)) -> None:
+    cache = use_cache(dump_to=path)
+    lib = bucketlib()
+    for n in sizes:
+        scale(lib, n)
+    cache.close()
+
+
+def fresh_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUCKETLIB_DB", str(tmp_path / "fresh.db"))
+
+
+def test_a_bucketing_library_is_dumped_under_its_own_keys_then_loaded_with_no_benchmark(
+        use_cache, library_env: list[int], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path)
+    # 100 and 120 share the library's bucket (128): one tuning, one entry, as the library keys.
+    assert library_env == [16, 32, 64, 128] * 2
+    entries = load_results(path)
+    assert sorted(e.key.problem for e in entries) == [
+        "memo=(128,torch.float32,torch.float32)", "memo=(512,torch.float32,torch.float32)"]
+    for entry in entries:
+        assert entry.key.kernel == SCALE
+        assert entry.result.timing_method == "library bucketlib.tuner.BucketTuner"
+        assert {t.config.params[0].int_value: t.time_ms for t in entry.result.candidates} == {
+            b: TABLE[b] for b in (16, 32, 64, 128)}
+        assert entry.result.config.params[0].int_value == 64  # the library's pick
+
+    fresh_database(tmp_path, monkeypatch)
+    library_env.clear()
+    cache = use_cache(load_from=(path,), require_complete=True)
+    lib = bucketlib()
+    for n in (100, 120, 300, 500):
+        scale(lib, n)
+    assert library_env == []  # nobody benchmarked: not us, not the library
+    assert lib.ops.scale_kernel.best_config.kwargs == {"BLOCK_SIZE": 64}
+    assert cache.stats.hits == 2 and cache.stats.misses == 0
+    assert cache.stats.kernels_seeded == {SCALE}
+    assert "1 kernel(s) seeded" in cache.stats.summary_line()
+    row = classroute.describe(lib.ops.scale_kernel)
+    assert (row.owner, row.ran) == ("seeded", True)
+    assert "replaces run()" not in row.why and "overrides run" in row.why
+
+
+def test_a_pick_is_never_given_to_another_bucket(use_cache, library_env: list[int],
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path, sizes=(100,))
+    fresh_database(tmp_path, monkeypatch)
+    library_env.clear()
+    use_cache(load_from=(path,), require_complete=True)
+    lib = bucketlib()
+    scale(lib, 128)  # the same bucket as 100: served
+    with pytest.raises(MissingResultError) as raised:
+        scale(lib, 129)  # the next bucket (256): a miss, never the pick made for 128
+    assert "memo=(256,torch.float32,torch.float32)" in str(raised.value)
+    assert library_env == []
+
+
+def test_a_changed_candidate_list_is_a_miss_with_the_usual_explanation(
+        use_cache, library_env: list[int], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path, sizes=(100,))
+    fresh_database(tmp_path, monkeypatch)
+    monkeypatch.setenv("BUCKETLIB_EXTRA_CONFIG", "256")
+    library_env.clear()
+    cache = use_cache(load_from=(path,), require_complete=True)
+    lib = bucketlib()
+    with pytest.raises(MissingResultError) as raised:
+        scale(lib, 100)
+    assert "(the kernel's candidate list changed)" in str(raised.value)
+    assert "BLOCK_SIZE=256" in str(raised.value)
+    assert library_env == [] and cache.stats.candidates_changed == 1
+
+
+def test_the_committed_pick_wins_over_the_library_database(
+        use_cache, library_env: list[int], tmp_path: Path) -> None:
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path, sizes=(100,))
+    lib = bucketlib(switch=False)  # the developer's database holds another pick for 128
+    lib.ops.scale_kernel.cache[(128, "torch.float32", "torch.float32")] = \
+        lib.ops.scale_kernel.configs[0]
+    library_env.clear()
+    use_cache(load_from=(path,), require_complete=True)
+    lib = bucketlib()
+    scale(lib, 100)
+    assert lib.ops.scale_kernel.best_config.kwargs == {"BLOCK_SIZE": 64}
+    assert library_env == []
+
+
+def test_a_pick_from_the_library_database_is_recorded_and_says_it_has_no_timings(
+        use_cache, library_env: list[int], tmp_path: Path) -> None:
+    lib = bucketlib(switch=False)
+    lib.ops.scale_kernel.cache[(128, "torch.float32", "torch.float32")] = \
+        lib.ops.scale_kernel.configs[1]
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path, sizes=(100,))
+    assert library_env == []
+    (entry,) = load_results(path)
+    assert entry.result.config.params[0].int_value == 32
+    assert "timings not exposed" in entry.result.timing_method
+    assert not entry.result.candidates
+
+    # Under require-complete the database's pick does not make the run complete.
+    use_cache(require_complete=True)
+    lib = bucketlib()
+    with pytest.raises(MissingResultError, match=r"memo=\(128,"):
+        scale(lib, 100)
+
+
+def test_without_the_switch_nothing_is_seeded(use_cache, library_env: list[int],
+                                              tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "lib.autotune.textproto"
+    dump(use_cache, path, sizes=(100,))
+    fresh_database(tmp_path, monkeypatch)
+    use_cache(load_from=(path,), require_complete=True)
+    lib = bucketlib(switch=False)
+    assert "run" not in vars(lib.ops.scale_kernel)  # the library's object, untouched
+    with pytest.raises(UnroutedTuningError, match="switch that routes third-party kernels"):
+        scale(lib, 100)
+
+
+def test_a_tuner_that_never_asks_its_memo_keeps_the_loud_error(use_cache) -> None:
+    """Seeding cannot work where the library benchmarks without asking its memo."""
+    from tests.triton.thirdparty_pkg import own_tuner
+
+    use_cache(require_complete=True)
+    with installed():
+        lib = importlib.reload(own_tuner)
+    tuner = lib.memoless_kernel
+    with pytest.raises(UnroutedTuningError) as raised:
+        lib.launch(tuner, torch.arange(100, dtype=torch.float32))
+    message = str(raised.value)
+    assert "Nor can the cache seed it: it benchmarked without asking its memo" in message
+    assert "docs/third-party-kernels.md" in message
