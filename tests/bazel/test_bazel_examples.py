@@ -174,6 +174,7 @@ def test_generated_flags_are_exact(workspace: Workspace) -> None:
             f"--autotune_cache_mode=read --load_autotune_results_from={triton_cache}"
             " --require_complete_autotune_results",
         "AUTOTUNE_REGEN_HINT": "bazel run //bazel_fixtures:triton_env_test.regen",
+        "AUTOTUNE_TEST_MAIN": "bazel_fixtures/env_probe.py",  # every load test is wrapped
     }
     assert env(labels[1]) == {
         "XLA_FLAGS": f"--xla_gpu_autotune_level=4 --xla_gpu_load_autotune_results_from={xla_cache}"
