@@ -466,6 +466,8 @@ def run(args: argparse.Namespace) -> int:
         for target in targets:
             log(f"  {target.label} -> {target.cache_path}")
         if args.dry_run:
+            for line in skipped:
+                log(f"  {line}")
             bep = Path(scratch) / "bep.json"
             log(f"would run: {args.bazel} test {' '.join(test_command(args, plan, bep, targets))}")
             return 0

@@ -263,10 +263,12 @@ def test_regen_cache_tool_rewrites_every_committed_cache(workspace: Workspace) -
     before = committed_caches(workspace)
     assert SHARDED_CACHE in before, sorted(before)
     with restored(workspace, *before):
-        # Discovery with no pattern, run at the root: every autotuned test in the workspace.
+        # Discovery with no pattern, run at the root: every autotuned test in the workspace
+        # (those of backend "xla" named as skipped: this machine has no GPU).
         listing = workspace.run("run", "//tools:regen_cache", "--", "--dry_run").output
         for label in autotuned_tests(workspace, "//..."):
-            assert f"{label}.dump ->" in listing, (label, listing)
+            assert f"{label}.dump ->" in listing or f"SKIPPED ({label}.dump)" in listing, (
+                label, listing)
         # Drop one entry from a committed file: the regen must add it back, and leave every
         # other file byte-identical.
         entries = load_results(workspace.root / SHARDED_CACHE)
