@@ -78,7 +78,8 @@ FILES = {
                       '    backend = "xla",\n)\n',
     "jx/x_test.py": "print('XLA on CPU: the GPU autotuning flags are ignored')\n",
     "third_party/vend/BUILD.bazel": LOAD + 'autotuned_py_test(\n    name = "v_test",\n'
-                                    '    srcs = ["v_test.py"],\n    deps = ["//kernels:probe"],\n)\n',
+                                    '    srcs = ["v_test.py"],\n'
+                                    '    deps = ["//kernels:probe"],\n)\n',
     "third_party/vend/v_test.py": "from kernels import probe\n\nprobe.run('vend')\n",
 }
 for package, name in (("vision", "resize_test"), ("text", "tok_test")):
