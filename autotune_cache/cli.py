@@ -112,6 +112,12 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
             out.line(one_line(f"{len(old)} entries are superseded by newer ones for the same "
                               f"kernel, problem, device and toolchain; drop them with: "
                               f"autotune-cache prune --superseded {path}"))
+        seeded = _seeded_kernels(rows)
+        if seeded:
+            out.line("seeded (picked by the library's own tuner, given back through its memo; "
+                     "the others are tuned by autotune_cache):")
+            for kernel, tuner in sorted(seeded.items()):
+                out.line(one_line(f"  {kernel}: {tuner}"))
         for title, counts in (("device", by_device), ("toolchain", by_toolchain)):
             out.line(f"per {title}:")
             for name, n in sorted(counts.items()):
@@ -120,6 +126,24 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
             out.line(one_line(f"DAMAGED: {problem}"))
     out.set(files=files)
     return EXIT_CHECK_FAILED if damaged else EXIT_OK
+
+
+def _seeded_kernels(rows: list[Row]) -> dict[str, str]:
+    """{kernel: its library's tuner class} for the entries a library's own tuner picked
+    (triton/seeding.py records them with the timing method "library <class>...")."""
+    from autotune_cache.proto import autotune_results_pb2 as pb
+
+    found = {}
+    for row in rows:
+        entry = pb.Entry()
+        try:
+            entry.ParseFromString(row.payload)
+        except Exception:  # noqa: BLE001, S112 - another format's payload
+            continue
+        method = entry.result.timing_method
+        if method.startswith("library "):
+            found[row.kernel] = method.removeprefix("library ")
+    return found
 
 
 def cmd_convert(args: argparse.Namespace, out: Out) -> int:

@@ -100,6 +100,9 @@ class Suite:
     args: tuple[str, ...]  # pytest arguments: files, -k selections (parametrizations cut)
     pythonpath: tuple[str, ...] = (".",)  # relative to the tests root
     env: dict[str, str] = field(default_factory=dict)
+    # The variable naming the library's own persistent tuning cache, if it keeps one: each pass
+    # gets it inside its TRITON_CACHE_DIR, so W (a copy of P's) has it warm and S-load empty.
+    own_cache_env: str = ""
 
 
 SUITES: dict[str, Suite] = {
@@ -132,6 +135,15 @@ SUITES: dict[str, Suite] = {
          "tests/modules/test_token_shift.py::test_token_shift[dtype0-None-2560-512-4]",
          "tests/modules/test_l2norm.py::test_l2norm[B2-T500-H4-D64-torch.float32]",
          "tests/modules/test_l2norm.py::test_l2norm[B4-T1024-H5-D1024-torch.float16]")),
+    # FlagGems: reductions tuned by its LibTuner (a subclass of Triton's Autotuner whose run()
+    # never calls Triton's; keys by its own strategies, keeps picks in sqlite), so they are
+    # seeded through their memo (triton/seeding.py), not routed. Quick mode.
+    "flaggems": Suite(
+        "flaggems", "flag_gems==5.0.2 (PyPI wheel; sqlalchemy 2.0.48)",
+        "FlagOpen/FlagGems tests/ (its repository's stored snapshot)",
+        ("tests/test_general_reduction_ops.py", "--mode", "quick", "-k",
+         "sum or mean or max or min or prod or all or any"),
+        own_cache_env="FLAGGEMS_CACHE_DIR"),
 }
 
 
@@ -192,6 +204,8 @@ class Runner:
         env.update(PYTHONPATH=os.pathsep.join(paths),
                    TRITON_CACHE_DIR=str(cache_dir), PYTHONUNBUFFERED="1",
                    SUITE_PROBE_OUT=str(self.work / f"probe-{p.name}.json"))
+        if self.suite.own_cache_env:
+            env[self.suite.own_cache_env] = str(cache_dir / "library-own-cache")
         if p.flags:
             env["AUTOTUNE_FLAGS"] = p.flags
         if self.smoke:

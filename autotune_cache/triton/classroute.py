@@ -309,7 +309,8 @@ class Tuner:
     kernel: str  # the kernel's module-qualified name
     owner: str  # "autotune_cache" (our decorator), "routed" (built by a library, routed),
     #             "seeded" (a library's own tuner, given the cache's picks through its memo:
-    #             seeding.py) or "triton" (left on Triton's autotuner)
+    #             seeding.py), "undecided" (one of those two, not launched yet) or "triton"
+    #             (left on Triton's autotuner)
     ran: bool
     why: str = field(default="", compare=False)  # why it is seeded or left on Triton
 
@@ -331,6 +332,8 @@ def describe(tuner: Any) -> Tuner:
             owner, why = "triton", why_unrouted(tuner)
         elif seeded is not None and seeded.mode == "seeded":
             owner, why = "seeded", seeded.why
+        elif seeded is not None and seeded.mode is None:
+            owner, why = "undecided", seeding.UNDECIDED
         elif is_routed(tuner):
             owner = "routed"
         else:

@@ -6,7 +6,7 @@ cannot stand in for (classroute.py routes the others): its `run()` never calls T
 computes its own key (log2 or align-32 buckets of the sizes), picks by its own policy, and keeps
 picks in its own database. What such a tuner still shares with Triton's is the memo: it asks
 `key in self.cache` before deciding, and writes `self.cache[key] = config` after. The memo is
-where the cache meets it (docs/decisions/0030-seeding-library-memos.md says why this is safe):
+where the cache meets it (docs/decisions/0031-seeding-library-memos.md says why this is safe):
 
 - **Load.** The tuner's memo is fronted by a `SeededMemo`. Asked for a key the library has not
   decided in this process, it looks the pick up in the cache under the library's own memo key
@@ -60,6 +60,8 @@ WHY_SEEDED = ("its class overrides {what} of Triton's Autotuner, which the cache
               "not run; its memo is seeded with the cached picks instead")
 NO_MEMO = ("it benchmarked without asking its memo (self.cache) first, so the cache cannot give "
            "it a pick")
+UNDECIDED = ("its class replaces run() of Triton's Autotuner and it has not launched: at its "
+             "first launch it is routed if its run() calls Triton's, else seeded")
 IGNORED_MEMO = "it benchmarked although its memo (self.cache) answered with the cached pick"
 
 
@@ -153,6 +155,7 @@ class Seeding:
         if self.mode != "routed":
             with self._lock:
                 self.decided.append((memo_key, config, "tuned"))
+                self.picks[memo_key] = config  # its reads that follow need no lookup
 
     def forget(self, memo_key: Any) -> None:
         with self._lock:

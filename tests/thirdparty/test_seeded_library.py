@@ -49,6 +49,11 @@ def test_a_library_tuner_is_dumped_then_strictly_loaded_with_no_benchmark(
         ("bucketlib.ops.scale_kernel", "memo=(128,torch.float32,torch.float32)"),
         ("bucketlib.ops.scale_kernel", "memo=(512,torch.float32,torch.float32)")]
     assert "2 kernel(s) seeded" in dumped.stdout and "BYPASSED" not in dumped.stdout
+    inspected = subprocess.run([sys.executable, "-m", "autotune_cache", "inspect",
+                                str(committed)], cwd=ROOT, text=True, capture_output=True)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "seeded (picked by the library's own tuner" in inspected.stdout
+    assert "  bucketlib.ops.scale_kernel: bucketlib.tuner.BucketTuner" in inspected.stdout
 
     strict = pytest_run(tmp_path, "fresh.db", f"--autotune-load={committed}",
                         "--autotune-require-complete")

@@ -1,9 +1,8 @@
 """bucketlib's own tests, as its maintainers wrote them."""
 
+import bucketlib
 import pytest
 import torch
-
-import bucketlib
 
 
 @pytest.mark.parametrize("n", [100, 120, 300])
