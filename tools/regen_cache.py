@@ -205,7 +205,8 @@ def regenerate_group(
     if destination.is_symlink():
         # A committed symlink (to a file shared outside the workspace) stays a symlink: the
         # new cache is written to the file it points at, as the pytest dump does.
-        notes.append(f"written through the symlink to {destination.resolve()}")
+        notes.append(f"{'would be ' if check else ''}written through the symlink to "
+                     f"{destination.resolve()}")
         destination = destination.resolve()
     try:
         dumped = union_of_dumps([results[t.label] for t in targets])  # type: ignore[misc]
@@ -216,7 +217,8 @@ def regenerate_group(
         if broken is not None:
             # A hand-broken file (merge-conflict markers, a cut-off end): the dump did not
             # load it (the test wrapper), so its entries are what the tests use now.
-            notes.append(f"replaced a broken results file ({broken})")
+            notes.append(f"{'would replace' if check else 'replaced'} a broken results file "
+                         f"({broken})")
             old = None
         new, kept = committed(old, dumped, destination.suffix, subset=subset)
         change = compare(old, new, destination.suffix)

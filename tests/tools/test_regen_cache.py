@@ -81,6 +81,11 @@ def test_a_broken_committed_cache_is_replaced_and_said_so(
     (workspace / "pkg/t.pb").write_bytes(b"version: 1\nthis is text in a binary file\n")
     (workspace / "pkg/c.textproto").write_bytes(b"<<<<<<< HEAD\nversion: 1\n=======\n")
     test_dir = _dump_dir(tmp_path, serialize_results([_on("cpu-interpreter", "n=1", 7)], text=True))
+    checked = regen_cache.regenerate_one(regen_bazel.DumpTarget("//pkg:c.dump", "pkg/c.textproto"),
+                                         "PASSED", test_dir, workspace, check=True)
+    assert checked.ok and checked.change.differs
+    assert checked.notes[0].startswith("would replace a broken results file (")
+    assert (workspace / "pkg/c.textproto").read_bytes().startswith(b"<<<<<<< HEAD")
     replaced = [regen_cache.regenerate_one(regen_bazel.DumpTarget(f"//pkg:{n}.dump", f"pkg/{n}"),
                                            "PASSED", test_dir, workspace, check=False)
                 for n in ("t.pb", "c.textproto")]
