@@ -135,8 +135,9 @@ class Cache:
         try:
             self.memory = ProcessTier.from_files(
                 loads, read_from=None if self._dump is None else self._dump.load_path)
-        except CorruptFileError as e:
-            raise CorruptFileError(f"{e}\n{self.regen_line()}") from None
+        except CorruptFileError as e:  # a subclass (XLA's own file, a newer version): as is
+            raise (e if type(e) is not CorruptFileError
+                   else CorruptFileError(f"{e}\n{self.regen_line()}")) from None
         self.tiers: list[Tier] = build_tiers(self.settings, self.memory)
 
     def use_cache_dir(self, directory: Path) -> None:
@@ -194,14 +195,10 @@ class Cache:
         warn_damaged(found.origin, problem)
         return False
 
-    def _committed_only(self) -> bool:
-        """Strict with files loaded: a hit only in a tier outside the files is a miss."""
-        return self.settings.require_complete and bool(self.settings.load_from)
-
     def _find(self, key: CacheKey, candidates: Iterable[pb.Config] | None) -> Found | None:
         for i, tier in enumerate(self.tiers):
-            if i and self._committed_only():
-                break
+            if i and self.settings.require_complete and self.settings.load_from:
+                break  # strict with files loaded: a hit only outside the files is a miss
             found = tier.get(key)
             if found is not None and self._usable(found, key, candidates):
                 # Keep a copy in the shared tiers before this one for the next process.
@@ -245,7 +242,7 @@ class Cache:
             if self.settings.require_complete:
                 message = self.missing_message(key, near, candidates)
                 elsewhere = [t.name for t in self.tiers[1:] if t.get(key) is not None]
-                if elsewhere and self._committed_only():
+                if elsewhere and self.settings.load_from:
                     message += (f"\n(The {elsewhere[0]} tier holds it, which does not count: "
                                 f"under {self.require_flag} only the loaded files do.)")
                 error = MissingResultError(message)
