@@ -318,7 +318,7 @@ class Result(_message.Message):
     tuning_seconds: _builtins.float
     """Wall-clock seconds the tuning took (compile + benchmark); hits report this as time saved."""
     timing_method: _builtins.str
-    """How the timings were taken, e.g. "do_bench", "cuda_graph", "wallclock-interpreter", "fake"."""
+    """How the timings were taken, e.g. "do_bench", "cuda_graph", "cputime-interpreter", "fake"."""
     triton_specialization: _builtins.str
     """Triton's specialization data of the winner's compile (the JSON JITFunction.preload takes),
     so a later process can compile the winner before its first launch; empty when unknown

@@ -17,6 +17,13 @@ that the run did not write again:
   the tests (a path, `-k`, `-m`, `--lf`, a Bazel test filter), a failed run and a merge-mode
   dump keep it ("not selected", "run failed", "--autotune-dump-merge"): they cannot know
   whether a test they did not run still uses it (a kernel tuned under two candidate lists).
+
+An entry the run tuned again under a key the file already has is written as the file has it
+(its timings and date too: "confirmed") when the tuning agrees with the file's pick: the same
+winner, or, for a timing method with a noise band (the interpreter's), the file's winner within
+that band of the run's fastest (store/tuning.pick_winner keeps the committed pick). So a dump of
+an unchanged suite on the interpreter writes a byte-identical file, and the file's diff shows
+only picks that changed.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 
 from autotune_cache.formats import Keyed
 from autotune_cache.foundation.key import CacheKey
+from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.tuning import config_text, noise_band, pick_winner
 
 # The kinds of run, by what they may drop: only FULL drops anything.
 FULL = "full"
@@ -52,6 +61,7 @@ class DumpOutcome:
     run: str = FULL
     written: int = 0
     replaced: int = 0
+    confirmed: int = 0  # of `written`: tuned again to the file's pick, written as the file had it
     kept_by: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
     dropped_kernels: list[str] = field(default_factory=list)
@@ -70,6 +80,7 @@ class DumpOutcome:
         """Sum another dump's outcome into this one (the xdist controller's workers)."""
         self.written += other.written
         self.replaced += other.replaced
+        self.confirmed += other.confirmed
         for why, count in other.kept_by.items():
             self.kept_by[why] = self.kept_by.get(why, 0) + count
         self.dropped += other.dropped
@@ -78,7 +89,10 @@ class DumpOutcome:
     def line(self) -> str:
         """The one line every dump prints: `dump: wrote N entries to PATH; kept M (...);
         dropped K no longer used (kernels)`."""
-        text = f"dump: wrote {self.written} entries to {self.path}; kept {self.kept}"
+        text = f"dump: wrote {self.written} entries to {self.path}"
+        if self.confirmed:
+            text += f" ({self.confirmed} tuned again to the file's pick, written unchanged)"
+        text += f"; kept {self.kept}"
         reasons = [f"{n} {why}" for why, n in sorted(self.kept_by.items()) if n]
         if reasons:
             text += f" ({', '.join(reasons)})"
@@ -104,6 +118,25 @@ class DumpOutcome:
         return json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n"
 
 
+def confirms(old: pb.Entry, new: pb.Entry) -> bool:
+    """Whether `new`, a tuning of the key `old` was recorded under, agrees with `old`'s pick: the
+    same winner (and specialization), or, with a noise band, `old`'s winner still a candidate
+    that pick_winner keeps as the committed pick. Never across timing methods."""
+    was, now = old.result, new.result
+    if was.timing_method != now.timing_method:
+        return False
+    winner = config_text(was.config)
+    if winner == config_text(now.config):
+        return was.triton_specialization == now.triton_specialization
+    if noise_band(now.timing_method) == 0.0:
+        return False
+    times = {i: t.time_ms for i, t in enumerate(now.candidates) if not t.failure}
+    committed = next((i for i in times if config_text(now.candidates[i].config) == winner), None)
+    if committed is None:
+        return False
+    return pick_winner(times, now.timing_method, committed)[0] == committed
+
+
 def _pair(key: CacheKey) -> tuple:
     return (key.device, key.toolchain)
 
@@ -126,7 +159,11 @@ def apply_rule(old: Mapping[str, Keyed], run: Mapping[str, Keyed], kind: str = F
     dropped: set[str] = set()
     for digest, (key, entry) in old.items():
         if digest in run:
-            outcome.replaced += 1
+            if run[digest][1] != entry and confirms(entry, run[digest][1]):
+                merged[digest] = (key, entry)
+                outcome.confirmed += 1
+            else:
+                outcome.replaced += 1
             continue
         if not run:
             why = NO_KERNEL

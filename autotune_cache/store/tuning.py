@@ -102,9 +102,9 @@ class Resolved:
 def recorded_timings(entries: Iterable[pb.Entry], timing_method: str) -> dict[str, pb.Timing]:
     """Candidate timings from earlier tunings of the same source, device and toolchain that were
     measured with `timing_method`, by config_text; where several entries timed a config, the most
-    recently tuned one wins. Entries timed another way (the fake, wall clock, do_bench with other
-    warmup/rep, CUDA graphs, an older file without a method) are ignored: their times are not
-    comparable with the ones this tuning measures."""
+    recently tuned one wins. Entries timed another way (the fake, the interpreter, do_bench with
+    other warmup/rep, CUDA graphs, an older file without a method) are ignored: their times are
+    not comparable with the ones this tuning measures."""
     timings: dict[str, pb.Timing] = {}
     for entry in sorted(entries, key=lambda e: e.result.tuned_at):
         if entry.result.timing_method != timing_method:
@@ -131,6 +131,46 @@ def reusable_timings(candidates: Sequence[pb.Config], recorded: Mapping[str, pb.
     return reused
 
 
+# Timings closer than this to the fastest, relative, are a tie, by timing method
+# (docs/decisions/0030-ties-within-noise.md): Triton's CPU interpreter (triton/bench.py's
+# InterpreterBenchmark, the fastest CPU time of a candidate over interleaved rounds) read
+# candidates that do the same work (they differ only in num_warps, which it ignores) up to
+# 1.21x apart on the 2-core CI machine. A method not named here is taken at its times (a GPU
+# benchmark decides its close leaders in short bursts instead, decision 0028; a user's do_bench
+# and the tests' fake say what they mean).
+NOISE_BANDS: dict[str, float] = {"cputime-interpreter": 0.25}
+
+
+def noise_band(timing_method: str) -> float:
+    """How far from the fastest (relative) a time of `timing_method` is still a tie with it."""
+    return NOISE_BANDS.get(timing_method, 0.0)
+
+
+def pick_winner(times: Mapping[int, float], timing_method: str,
+                committed: int | None = None) -> tuple[int, list[int]]:
+    """The winner among `times` ({candidate index: ms}) and the candidates tied for it (those
+    within `noise_band(timing_method)` of the fastest, in candidate order). The rule, one for the
+    tuning and the dump (dumprule.py): the `committed` pick (the results file's winner for this
+    key) when it is tied, else the earliest tied candidate, so that timings that differ only by
+    noise give the same pick on every run. With no band, only equal times tie."""
+    fastest = min(times.values())
+    limit = fastest * (1 + noise_band(timing_method))
+    tied = sorted(i for i, t in times.items() if t <= limit)
+    return (committed if committed in tied else tied[0]), tied
+
+
+def tie_of(entry: pb.Entry) -> tuple[int, float] | None:
+    """(how many candidates were tied, the band) when the entry's winner was decided by the tie
+    rule (pick_winner: another candidate was as fast within the noise band), else None: for the
+    tuning line."""
+    result = entry.result
+    times = {i: t.time_ms for i, t in enumerate(result.candidates) if not t.failure}
+    if not times or noise_band(result.timing_method) == 0.0:
+        return None
+    _, tied = pick_winner(times, result.timing_method)
+    return (len(tied), noise_band(result.timing_method)) if len(tied) > 1 else None
+
+
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -138,18 +178,21 @@ def _now_rfc3339() -> str:
 def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: str,
                 seconds: float, eligible: Collection[int] | None = None) -> tuple[pb.Entry, int]:
     """The results entry for these candidate timings (one per candidate, in candidate order) and
-    the winner's index: the fastest median among the `eligible` candidates (default, or when none
-    of them has a time: all), the earlier candidate on a tie. Raises AllConfigsFailedError,
-    naming every config with its reason, when no candidate has a time."""
+    the winner's index: `pick_winner` among the `eligible` candidates (default, or when none of
+    them has a time: all), so the earliest of those within the timing method's noise band of the
+    fastest. Raises AllConfigsFailedError, naming every config with its reason, when no
+    candidate has a time."""
     from autotune_cache.version import __version__ as tuner_version
 
-    ok = [(t.time_ms, i) for i, t in enumerate(candidates) if not t.failure]
+    ok = {i: t.time_ms for i, t in enumerate(candidates) if not t.failure}
     if not ok:
         reasons = "\n".join(f"  {config_text(t.config).replace(',', ' ')}: {t.failure}"
                              for t in candidates)
         raise AllConfigsFailedError(
             f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
-    best_ms, best = min([(t, i) for t, i in ok if i in eligible] or ok) if eligible else min(ok)
+    among = {i: t for i, t in ok.items() if i in eligible} if eligible else {}
+    best, _ = pick_winner(among or ok, timing_method)
+    best_ms = ok[best]
     entry = pb.Entry(key=key.to_proto(), result=pb.Result(
         config=candidates[best].config,
         time_ms=best_ms,

@@ -25,7 +25,7 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 from autotune_cache.errors import AllConfigsFailedError
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.tuning import Resolved
+from autotune_cache.store.tuning import Resolved, tie_of
 from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton import engine
 from autotune_cache.triton.configs import (
@@ -293,7 +293,7 @@ class Autotuner(_TritonAutotuner):
             self.pre_hook(self.full_nargs(best, kwargs), reset_only=True)
         assert tuning.progress is not None
         tuning.progress.finished(describe_config(best), resolved.entry.result.time_ms,
-                                 resolved.entry.result.tuning_seconds)
+                                 resolved.entry.result.tuning_seconds, tie_of(resolved.entry))
         return best, True
 
     def adopt_deferred(self, resolved: Resolved, tuning: KernelTuning, memo: tuple) -> None:

@@ -93,12 +93,19 @@ class Progress:
             self._print(f"  {leaders} leaders within {margin * 100:g} %, timed again in short "
                         f"bursts ({times}): kept {kept}")
 
-    def finished(self, winner: str, time_ms: float, seconds: float) -> None:
-        """After the winner is chosen."""
+    def finished(self, winner: str, time_ms: float, seconds: float,
+                 tie: tuple[int, float] | None = None) -> None:
+        """After the winner is chosen; `tie`: (how many configs, the noise band) when the winner
+        was one of several within the timing method's noise band of the fastest, so the tie rule
+        (store/tuning.pick_winner: the earliest in the list) chose it."""
         # A tuning that took long says so even when every stage was quiet (its time went to
         # stages that print no line per config: the later benchmark stages, the decision).
         if self.header_printed or self._active():
             self._header()
             parts = "; ".join(f"{what} {secs:.1f} s" for what, secs in self.phases)
-            self._print(f"  best {winner} ({time_ms:.4f} ms), tuned in {seconds:.1f} s"
+            how = ""
+            if tie is not None:
+                how = (f"; a tie of {tie[0]} configs within {tie[1] * 100:g} % of the fastest, "
+                       "decided by the rule: the earliest in the list")
+            self._print(f"  best {winner} ({time_ms:.4f} ms{how}), tuned in {seconds:.1f} s"
                         + (f" ({parts})" if parts else ""))

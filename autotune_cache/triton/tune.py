@@ -71,7 +71,11 @@ def check_meta_conflicts(configs: Sequence[Any], kwargs: Mapping[str, Any]) -> N
 
 
 def _rep_of(benchmark: bench_mod.Benchmark) -> str:
-    """A progress label's suffix: the rep of a benchmark that has one (the GPU's), else none."""
+    """A progress label's suffix: the rounds of a benchmark timed in rounds (the
+    interpreter's), else the rep of one that has one (the GPU's), else none."""
+    rounds = bench_mod.rounds_of(benchmark)
+    if rounds > 1:
+        return f" in {rounds} rounds"
     rep = getattr(benchmark, "rep", None)
     return f" at {rep:g} ms" if isinstance(rep, (int, float)) else ""
 
@@ -182,7 +186,8 @@ class KernelTuning:
 
     def _benchmark(self, todo: list[int]
                    ) -> tuple[dict[int, pb.Timing], int, set[int], dict[int, str]]:
-        """Compile (in parallel) and benchmark (under the device lock) the candidates `todo`;
+        """Compile (in parallel) and benchmark (under the device lock) the candidates `todo`
+        (the interpreter's in interleaved rounds, the fastest kept: bench.rounds_of);
         returns their timings by index, how many benchmarks completed, the finalists (the
         candidates the configured benchmark timed: bench.halving_stages screens the others out
         with shorter benchmarks first) and the specialization data of those compiled here.
@@ -226,15 +231,22 @@ class KernelTuning:
             stages = bench_mod.halving_stages(self.benchmark, len(alive))
             for stage, (benchmark, keep) in enumerate(stages):
                 stage_started = time.perf_counter()
-                for i in todo if stage == 0 else alive:
-                    if i in failures:
-                        timing = pb.Timing(failure=failures[i])
-                    else:
-                        timing = self._measure(benchmark, configs[i], problem)
-                    timings[i] = timing
-                    if stage == 0:
-                        progress.step(describe_config(configs[i]),
-                                      None if timing.failure else timing.time_ms, timing.failure)
+                rounds = bench_mod.rounds_of(benchmark)
+                for r in range(rounds):
+                    for i in todo if stage == 0 else alive:
+                        if i in failures:
+                            timing = pb.Timing(failure=failures[i])
+                        elif r and timings[i].failure:
+                            timing = timings[i]  # failed in an earlier round
+                        else:
+                            timing = self._measure(benchmark, configs[i], problem)
+                            if r and not timing.failure:  # the fastest round is kept
+                                timing.time_ms = min(timing.time_ms, timings[i].time_ms)
+                        timings[i] = timing
+                        if stage == 0 and r == rounds - 1:
+                            progress.step(describe_config(configs[i]),
+                                          None if timing.failure else timing.time_ms,
+                                          timing.failure)
                 progress.phase(f"timing {len(alive)}{_rep_of(benchmark)}",
                                time.perf_counter() - stage_started)
                 if keep is not None:

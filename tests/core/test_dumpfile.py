@@ -49,10 +49,13 @@ def test_dump_merge_keeps_the_earlier_entries_and_the_run_wins(tmp_path):
     dump_run(dump, [make_key(problem={"M": 2})], dump_merge=True)
     assert problems(dump) == [("M=1", "src1"), ("M=2", "src1")]
     assert load_results(dump)[0] == first
-    # The run's own entry replaces an earlier one with the same key.
+    # The run's own entry replaces an earlier one with the same key when it picks another
+    # winner (the same pick keeps the file's entry: dumprule.confirms).
     cache = Cache(Settings(dump_to=dump, dump_merge=True))
     key = make_key(problem={"M": 1})
-    cache.record(fake_tune(key, tuning_seconds=9.0))
+    entry = fake_tune(key, tuning_seconds=9.0)
+    entry.result.config.CopyFrom(entry.result.candidates[0].config)
+    cache.record(entry)
     cache.close()
     assert [e.result.tuning_seconds for e in load_results(dump)] == [9.0, 2.5]
 

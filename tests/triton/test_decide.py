@@ -10,8 +10,8 @@ from autotune_cache.triton import bench as bench_mod
 from autotune_cache.triton.bench import (
     FakeBenchmarkRunner,
     GpuBenchmark,
+    InterpreterBenchmark,
     UserBenchmark,
-    WallClockBenchmark,
     decide,
     decides,
     leaders,
@@ -77,7 +77,7 @@ def test_a_leader_that_cannot_be_timed_again_is_not_chosen():
 @pytest.mark.parametrize("timer, expected", [
     (GpuBenchmark(), True), (GpuBenchmark(rep=25), False), (GpuBenchmark(use_cuda_graph=True),
                                                            False),
-    (WallClockBenchmark(), False), (UserBenchmark(lambda f, quantiles: 1.0), False),
+    (InterpreterBenchmark(), False), (UserBenchmark(lambda f, quantiles: 1.0), False),
     (FakeBenchmarkRunner(lambda c, p: 1.0), False)],
     ids=["do_bench", "short rep", "cuda_graph", "interpreter", "user", "fake"])
 def test_only_event_timed_gpu_benchmarks_longer_than_a_burst_decide(timer, expected):

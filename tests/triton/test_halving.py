@@ -10,8 +10,8 @@ from autotune_cache.triton.bench import (
     MIN_SURVIVORS,
     FakeBenchmarkRunner,
     GpuBenchmark,
+    InterpreterBenchmark,
     UserBenchmark,
-    WallClockBenchmark,
     halving_stages,
 )
 from tests.triton import kernels
@@ -29,7 +29,7 @@ def test_default_gpu_benchmark_is_screened_twice_then_run_as_configured():
 
 # Not named `benchmark`: pytest-benchmark (installed on many GPU machines) owns that funcarg name
 # and fails the whole worker on any other value.
-@pytest.mark.parametrize("timer", [GpuBenchmark(use_cuda_graph=True), WallClockBenchmark(),
+@pytest.mark.parametrize("timer", [GpuBenchmark(use_cuda_graph=True), InterpreterBenchmark(),
                                    UserBenchmark(lambda f, quantiles: 1.0),
                                    FakeBenchmarkRunner(lambda c, p: 1.0)],
                          ids=["cuda_graph", "interpreter", "user", "fake"])

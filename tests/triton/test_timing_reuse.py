@@ -84,11 +84,11 @@ def test_timings_are_reused_only_from_entries_with_this_timing_method(use_cache,
     assert cache.stats.benchmarks == 3 + 2 + 1 + 1
 
 
-def test_interpreter_wall_clock_timings_are_not_reused_by_the_fake(use_cache, fake) -> None:
+def test_interpreter_cpu_time_timings_are_not_reused_by_the_fake(use_cache, fake) -> None:
     use_cache()
     wall = kernels.tuned_add(blocks=(16, 32))
     kernels.launch_add(wall, n=70)
-    assert wall.last_entry.result.timing_method == "wallclock-interpreter"
+    assert wall.last_entry.result.timing_method == "cputime-interpreter"
     bench = fake(TABLE)
     grown = kernels.tuned_add(blocks=(16, 32, 64))
     kernels.launch_add(grown, n=70)
