@@ -25,11 +25,12 @@ from autotune_cache.resultsets.base import (
     CONFLICT_POLICIES,
     Row,
     apply_prune,
-    change_counts,
+    comparison_line,
     diff_rows,
     is_directory_path,
     merge_sets,
     prune_plan,
+    rekeyed,
     superseded_ids,
 )
 from autotune_cache.resultsets.registry import load_any
@@ -204,8 +205,7 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     # never "1 added, 1 removed".
     pairs, removed = diff_rows(set_a.rows(), set_b.rows())
     counts = Counter(kind for kind, _, _ in pairs)
-    counts["removed"] = len(removed)
-    rekeyed = [(o, r) for kind, o, r in pairs if o is not None and o.id != r.id]
+    moved = [(o, r) for _, o, r in pairs if rekeyed(o, r)]
     for kind, o, r in pairs:
         where = f"{r.kernel} [{r.problem}] on {r.device}"
         if o is None:
@@ -219,18 +219,15 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     for r in removed:
         out.line(one_line(f"- {r.kernel} [{r.problem}] on {r.device} ({r.toolchain}): "
                           f"{r.config}"))
-    line = change_counts(counts)
-    if rekeyed:
-        line += (f"; {len(rekeyed)} under a new key (candidate list, kernel source or "
-                 "toolchain)")
-    out.line(line)
+    out.line(comparison_line(pairs, len(removed)))
+    counts["removed"] = len(removed)
     out.set(a=str(args.a), b=str(args.b),
             counts={kind: counts.get(kind, 0) for kind in CHANGE_KINDS},
             new=[_row_json(r) for kind, _, r in pairs if kind == "new"],
             removed=[_row_json(r) for r in removed],
             changed=[{"kind": kind, "before": _row_json(o), "after": _row_json(r)}
                      for kind, o, r in pairs if o is not None and kind != "unchanged"],
-            rekeyed=len(rekeyed))
+            rekeyed=len(moved))
     differ = any(o is None or kind != "unchanged" or o.payload != r.payload
                  for kind, o, r in pairs)
     return EXIT_CHECK_FAILED if differ or removed else EXIT_OK

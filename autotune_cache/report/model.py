@@ -12,13 +12,19 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.resultsets.base import Baseline, Row, change_kind
+from autotune_cache.resultsets.base import (
+    Row,
+    change_kind,
+    comparison_line,
+    diff_rows,
+    rekeyed,
+)
 from autotune_cache.resultsets.ours import OurResults, config_summary
 from autotune_cache.resultsets.registry import load_any
 
@@ -47,6 +53,11 @@ class Change:
     # That time is the baseline's own timing, reused by an incremental re-tune (not measured
     # beside the new winner).
     old_winner_reused: bool = False
+    # Under a new key (resultsets.base.rekeyed: the candidate list, kernel source or toolchain
+    # changed), with the baseline entry's toolchain and the candidates it did not have.
+    rekeyed: bool = False
+    old_toolchain: str = ""
+    newly_timed: tuple[str, ...] = ()
 
     @property
     def percent(self) -> float | None:
@@ -105,6 +116,7 @@ class Report:
     files: list[FileReport]
     baselines: list[str] = field(default_factory=list)
     removed: list[Row] = field(default_factory=list)
+    summary: str = ""  # the comparison's line, as `diff` prints it (comparison_line)
 
     @property
     def sections(self) -> list[Section]:
@@ -161,37 +173,45 @@ def read_file(path: Path) -> tuple[FileReport, list[Row]]:
     return report, rows
 
 
-def compare(section: Section, old: Row | None) -> Change:
+def compare(section: Section, old: Row | None,
+            old_candidates: Mapping[str, Sequence[str]] | None = None) -> Change:
     """The Change of `section` against its baseline row (None: the entry is new), in
-    resultsets.base's vocabulary (change_kind), shared with `diff`."""
+    resultsets.base's vocabulary (change_kind, rekeyed), shared with `diff`; `old_candidates`:
+    the baseline entries' candidate configs by row id, to name the newly timed ones."""
     kind = change_kind(old, section.row)
     if old is None:
         return Change(kind, new_time_ms=section.row.time_ms)
+    moved = rekeyed(old, section.row)
+    before = (old_candidates or {}).get(old.id)
+    newly = tuple(c.config for c in section.candidates
+                  if before is not None and c.config not in before) if moved else ()
+    common = {"rekeyed": moved, "old_toolchain": old.toolchain, "newly_timed": newly}
     if kind != "winner changed":
-        return Change(kind, old.config, old.time_ms, section.row.time_ms)
+        return Change(kind, old.config, old.time_ms, section.row.time_ms, **common)
     now = next((c.time_ms for c in section.candidates
                 if c.config == old.config and not c.failure), None)
     # An incremental re-tune reuses the old candidates' timings: the old winner's time is then
     # the baseline's own, not a measurement of the new run.
     reused = now is not None and now == old.time_ms
-    return Change(kind, old.config, old.time_ms, section.row.time_ms, now, reused)
+    return Change(kind, old.config, old.time_ms, section.row.time_ms, now, reused, **common)
 
 
-def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row]) -> list[Row]:
-    """Set every section's Change from the baseline's rows (resultsets.base.Baseline: matched
-    by kernel, problem and device, the same toolchain preferred); the baseline rows nothing
-    matched."""
-    baseline = Baseline(baseline_rows)
-    for report in reports:
-        for section in report.sections:
-            old = baseline.match(section.row)
-            section.change = compare(section, old)
-            if old is not None and section.change.kind == "winner changed":
-                section.candidates = [
-                    Candidate(c.config, c.time_ms, c.failure, c.winner,
-                              baseline_winner=c.config == old.config)
-                    for c in section.candidates]
-    return baseline.unmatched()
+def apply_baseline(reports: Sequence[FileReport], baseline_rows: Iterable[Row],
+                   old_candidates: Mapping[str, Sequence[str]] | None = None
+                   ) -> tuple[list[Row], str]:
+    """Set every section's Change from the baseline's rows, matched as `diff` matches them
+    (resultsets.base.diff_rows: by kernel, problem and device, the same toolchain preferred);
+    returns the baseline rows nothing matched and the comparison's line (comparison_line)."""
+    sections = [s for report in reports for s in report.sections]
+    pairs, removed = diff_rows(list(baseline_rows), [s.row for s in sections])
+    for section, (_, old, _) in zip(sections, pairs, strict=True):
+        section.change = compare(section, old, old_candidates)
+        if old is not None and section.change.kind == "winner changed":
+            section.candidates = [
+                Candidate(c.config, c.time_ms, c.failure, c.winner,
+                          baseline_winner=c.config == old.config)
+                for c in section.candidates]
+    return removed, comparison_line(pairs, len(removed))
 
 
 def build_reports(paths: Sequence[Path], baselines: Sequence[Path] = ()) -> Report:
@@ -201,7 +221,9 @@ def build_reports(paths: Sequence[Path], baselines: Sequence[Path] = ()) -> Repo
         read = [read_file(Path(b)) for b in baselines]
         _check_formats(report.files, [old for old, _ in read])
         rows = [row for _, old_rows in read for row in old_rows]
-        report.removed = apply_baseline(report.files, rows)
+        old_candidates = {s.row.id: [c.config for c in s.candidates]
+                          for old, _ in read for s in old.sections if s.candidates}
+        report.removed, report.summary = apply_baseline(report.files, rows, old_candidates)
     return report
 
 

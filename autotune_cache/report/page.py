@@ -2,8 +2,9 @@
 
 Structure, which tests/report/ checks: a header with the inputs and their devices and
 toolchains; an index of the kernels (how many entries each, a link to each entry); with a
-baseline, a "Changes" table of every winner that changed (old and new config, old and new time,
-and how much slower the old winner is in the new tuning); then, per input, one <details> per
+baseline, the comparison's line (as `diff` prints it), a "Changes" table of every winner that
+changed (old and new config, old and new time, and how much slower the old winner is in the new
+tuning) and one of the entries under a new key; then, per input, one <details> per
 kernel holding one <section class="entry"> per entry, with a <dl> of its key, the chart
 (<figure>, bars.py: SVG written from the data) and a table of failed candidates with their
 reasons. Past LAZY_ENTRIES entries the kernels' <details> start closed, so a browser lays out
@@ -20,7 +21,7 @@ from itertools import groupby
 
 from autotune_cache.report import bars
 from autotune_cache.report.model import FileReport, Report, Section
-from autotune_cache.resultsets.base import change_counts
+from autotune_cache.resultsets.base import REKEYED
 
 LAZY_ENTRIES = 200  # more entries than this: each kernel's part of the page starts closed
 PROGRESS_EVERY_S = 2.0  # a long page says how far it got this often
@@ -88,11 +89,9 @@ def _changes(report: Report) -> str:
         return ""
     changed = report.changes("winner changed")
     retimed = report.changes("re-timed")
-    new = report.changes("new")
-    counts = {"winner changed": len(changed), "re-timed": len(retimed), "new": len(new),
-              "removed": len(report.removed), "unchanged": len(report.changes("unchanged"))}
+    moved = [s for s in report.sections if s.change is not None and s.change.rekeyed]
     out = [f'<h2 id="changes">Changes against the baseline</h2><p class=summary>'
-           f"{change_counts(counts)}.</p>"]
+           f"{_e(report.summary)}.</p>"]
     if changed:
         out.append("<table class=winners-changed><tr><th>kernel [problem]</th><th>device</th>"
                    "<th>old winner</th><th>new winner</th><th>old time</th><th>new time</th>"
@@ -125,6 +124,18 @@ def _changes(report: Report) -> str:
                        f"<span class=mono>[{_e(s.row.problem)}]</span></td>"
                        f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
                        f"<td>{_pct(c.percent)}</td></tr>")
+        out.append("</table></details>")
+    if moved:
+        out.append(f"<details open><summary>{len(moved)} {_e(REKEYED)}</summary>"
+                   "<table class=rekeyed><tr><th>kernel [problem]</th><th>device</th>"
+                   "<th>what changed</th><th>winner</th></tr>")
+        for s in moved:
+            c = s.change
+            assert c is not None
+            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
+                       f"<span class=mono>[{_e(s.row.problem)}]</span></td>"
+                       f"<td>{_e(s.row.device)}</td><td>{_e(_key_change(s))}</td>"
+                       f"<td>{_e(c.kind)}</td></tr>")
         out.append("</table></details>")
     if report.removed:
         out.append("<details><summary>Removed (in the baseline only)</summary>"
@@ -160,6 +171,19 @@ def _index(report: Report) -> str:
             + "".join(rows) + "</table></nav>")
 
 
+def _key_change(s: Section) -> str:
+    """What moved a matched entry to a new key, as far as the two files tell."""
+    c = s.change
+    assert c is not None
+    parts = []
+    if c.newly_timed:
+        parts.append(f"{len(c.newly_timed)} newly timed candidate(s): "
+                     + "; ".join(c.newly_timed))
+    if c.old_toolchain and c.old_toolchain != s.row.toolchain:
+        parts.append(f"toolchain {c.old_toolchain} → {s.row.toolchain}")
+    return ", ".join(parts) or "candidate list or kernel source"
+
+
 def _entry(s: Section, first_chart: bool = False) -> str:
     change = ""
     if s.change is not None and s.change.kind != "unchanged":
@@ -173,6 +197,8 @@ def _entry(s: Section, first_chart: bool = False) -> str:
                       f"({_pct(c.percent)}).</p>")
         else:
             change = "<p>New: not in the baseline.</p>"
+    if s.change is not None and s.change.rekeyed:
+        change += f"<p>Under a new key: {_e(_key_change(s))}.</p>"
     details = [("device", s.row.device), ("toolchain", s.row.toolchain),
                ("winner", f"{s.row.config}  ({_ms(s.row.time_ms)})")]
     if s.timing_method:

@@ -232,6 +232,27 @@ def diff_rows(a: list[Row], b: list[Row]) -> tuple[list[tuple[str, Row | None, R
     return pairs, baseline.unmatched()
 
 
+def rekeyed(old: Row | None, new: Row) -> bool:
+    """Whether a matched entry is under a new key: its candidate list, kernel source or
+    toolchain changed (a newly timed candidate, say), whatever its change kind."""
+    return old is not None and old.id != new.id
+
+
+REKEYED = "under a new key (candidate list, kernel source or toolchain)"
+
+
+def comparison_line(pairs: Iterable[tuple[str, Row | None, Row]], removed: int) -> str:
+    """The one summary line of a comparison (`diff`, `report --baseline`): change_counts of
+    the pairs diff_rows gives, then how many matched entries are under a new key."""
+    pairs = list(pairs)
+    counts: dict[str, int] = {"removed": removed}
+    for kind, _, _ in pairs:
+        counts[kind] = counts.get(kind, 0) + 1
+    line = change_counts(counts)
+    moved = sum(1 for _, old, new in pairs if rekeyed(old, new))
+    return line + (f"; {moved} {REKEYED}" if moved else "")
+
+
 # ----- merge ---------------------------------------------------------------------------------
 
 

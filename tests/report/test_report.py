@@ -240,3 +240,40 @@ def test_a_reused_timing_is_never_called_a_measurement_of_the_same_run(tmp_path)
     html = render_html(build_reports([b], [a]))
     assert "the baseline's timing, reused by the incremental re-tune, not re-measured" in html
     assert "measured in the same run" not in html
+
+
+def _with_candidate(entry: pb.Entry, block: int, configs: str) -> pb.Entry:
+    """`entry` under a new candidate list (`configs`) that adds BLOCK=`block` (timed slower)."""
+    out = pb.Entry()
+    out.CopyFrom(entry)
+    out.key.configs_fingerprint = configs
+    timing = out.result.candidates.add(time_ms=9.0)
+    timing.config.CopyFrom(pb.Config(params=[pb.Param(name="BLOCK", int_value=block)],
+                                     num_warps=4, num_stages=3))
+    return out
+
+
+def test_the_baseline_page_and_diff_say_the_same_line_and_name_newly_timed_candidates(
+        tmp_path, capsys):
+    """Two entries gained a newly timed candidate (a new key, the same winner): `diff` and the
+    page give one line, from one function, and the page names what moved each entry."""
+    a, b, c = (fake_tune(make_key(kernel=k)) for k in "abc")
+    old, new = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    save_results(old, [a, b, c])
+    save_results(new, [_with_candidate(a, 256, "cfg2"), _with_candidate(b, 256, "cfg2"), c,
+                       fake_tune(make_key(kernel="d"))])
+    cli.main(["diff", str(old), str(new)])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == ("0 winners changed, 0 re-timed, 1 new, 0 removed, 3 unchanged; 2 under a "
+                    "new key (candidate list, kernel source or toolchain)")
+    report = build_reports([new], [old])
+    assert report.summary == line
+    html = render_html(report)
+    page = Page(html)
+    assert f"<p class=summary>{line}.</p>" in html
+    assert len(page.find("table", "rekeyed")) == 1
+    text = "".join(page.text)
+    # Two rows of the table, and each entry's own part of the page.
+    assert text.count("1 newly timed candidate(s): BLOCK=256 warps=4 stages=3") == 4
+    moved = {s.row.kernel for s in report.sections if s.change and s.change.rekeyed}
+    assert moved == {"a", "b"}
