@@ -5,6 +5,7 @@ the dump written at session end."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 from collections.abc import Iterator
 from dataclasses import asdict, replace
@@ -33,20 +34,45 @@ from autotune_cache.pytest.summary import (
 from autotune_cache.store.dumprule import FULL, SUBSET
 
 
+class _TerminalLines:
+    """The library's lines for people (tuning progress) through pytest's terminal reporter,
+    with capture suspended, so they appear without -s. Each starts on its own line; a line of
+    dots they cut is taken up again with its file's name before the running test's letter, so
+    the letter never lands alone at the start of a line (pytest writes it bare, trusting the
+    line it began with the name at the test's start)."""
+
+    def __init__(self, tr: Any, capman: Any) -> None:
+        self.tr = tr
+        self.capman = capman
+        self.cut = False  # lines were written since pytest last wrote on its own line
+
+    def __call__(self, line: str) -> None:
+        capman = self.capman
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            self.tr.ensure_newline()
+            self.tr.write_line(line)
+        self.cut = True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tr = self.tr
+        if not self.cut or tr.currentfspath is not None:
+            return
+        self.cut = False
+        if tr.showfspath and not tr.showlongtestinfo:  # the dots line, not -v
+            fspath = tr.config.rootpath / report.nodeid.split("::")[0]
+            tr.write(f"{os.path.relpath(fspath, tr.startpath)} ")
+            tr.currentfspath = fspath
+
+
 def _lines_to_terminal(config: pytest.Config) -> None:
-    """Show the library's lines for people (tuning progress) through pytest's terminal
-    reporter, with capture suspended, so they appear without -s."""
+    """Send the library's lines for people to pytest's terminal (_TerminalLines)."""
     tr = config.pluginmanager.get_plugin("terminalreporter")
-    capman = config.pluginmanager.get_plugin("capturemanager")
     if tr is None:
         return
-
-    def write(line: str) -> None:
-        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-            tr.ensure_newline()
-            tr.write_line(line)
-
-    console.set_sink(write)
+    sink = _TerminalLines(tr, config.pluginmanager.get_plugin("capturemanager"))
+    config.pluginmanager.register(sink, "autotune_cache-terminal-lines")
+    console.set_sink(sink)
 
 
 
