@@ -194,11 +194,10 @@ def test_without_the_switch_nothing_is_seeded(use_cache, library_env: list[int],
 
 def test_a_tuner_that_never_asks_its_memo_keeps_the_loud_error(use_cache) -> None:
     """Seeding cannot work where the library benchmarks without asking its memo."""
-    from tests.triton.thirdparty_pkg import own_tuner
-
     use_cache(require_complete=True)
+    sys.modules.pop("tests.triton.thirdparty_pkg.own_tuner", None)
     with installed():
-        lib = importlib.reload(own_tuner)
+        lib = importlib.import_module("tests.triton.thirdparty_pkg.own_tuner")
     tuner = lib.memoless_kernel
     with pytest.raises(UnroutedTuningError) as raised:
         lib.launch(tuner, torch.arange(100, dtype=torch.float32))
