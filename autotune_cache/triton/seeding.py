@@ -344,6 +344,8 @@ class SeededMemo:
         return iter(self.inner)
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "_tuner", "_seeding"):  # not set yet (a copy being built)
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __repr__(self) -> str:
