@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from autotune_cache.formats import is_text_suffix
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.resultsets.base import Row, change_counts, diff_rows
+from autotune_cache.resultsets.base import Row, change_counts, diff_rows, rekeyed
 from autotune_cache.resultsets.registry import loads
 
 # The dump test always writes text (DUMP_FILE_NAME = autotune_cache.textproto in regen_bazel).
@@ -195,12 +195,13 @@ def compare(old: bytes | None, new: bytes, suffix: str) -> Change:
     old_rows = _rows(old, suffix)
     pairs, removed = diff_rows(old_rows, new_rows)
     kinds = Counter(kind for kind, _, _ in pairs)
-    rekeyed = Counter(rekey_reason(o, r) for _, o, r in pairs if o is not None and o.id != r.id)
+    # diff's "N under a new key", split by which part of the key changed.
+    moved = Counter(rekey_reason(o, r) for _, o, r in pairs if o is not None and rekeyed(o, r))
     return Change(
         added=kinds["new"],
         removed=len(removed),
         changed=kinds["winner changed"],
         retimed=kinds["re-timed"],
         unchanged=kinds["unchanged"],
-        rekeyed=tuple(sorted(rekeyed.items())),
+        rekeyed=tuple(sorted(moved.items())),
     )
