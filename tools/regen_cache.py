@@ -10,9 +10,10 @@ How it works (docs/bazel.md has the long version):
 1. `bazel query` finds the `.dump` targets: those of the autotuned tests the patterns name
    (tag "autotuned"), any `.dump` target named directly, and those sharing their cache files in
    the files' and the tests' packages. Nothing else is loaded (never `//...` for a narrower
-   pattern, never Bazel's bazel-* convenience symlinks); a file whose new version would lose
-   entries makes it look for more sharers in the whole workspace before writing
-   (widen_where_entries_would_go).
+   pattern, never Bazel's bazel-* convenience symlinks); a file that does not exist yet, or
+   whose new version would lose entries, makes it look for more sharers in the whole workspace
+   (sharers_of_new_files, widen_where_entries_would_go). Without a GPU, the dumps of backend
+   "xla" are skipped and named unless asked for by name (skip_cpu_only).
 2. One `bazel test` runs every dump, from inside `bazel run` (Bazel releases its lock before
    it starts us). On a GPU host it runs one dump per GPU at a time, each pinned to its own GPU
    with CUDA_VISIBLE_DEVICES through `--run_under` (see regen_scheduler.py); without a GPU it
