@@ -1,8 +1,9 @@
 """The package a team pins: the sdist and wheel build, pass `twine check`, hold what the docs
 promise (the docs themselves included: help text names them by path, since the project has no
 web address), name no address, install into a fresh virtualenv where the pytest quickstart runs,
-install from a commit of the checkout, and type-check under `mypy --strict`. One version number
-in three places. The release script: test_release.py.
+install from a commit of the checkout, and type-check under `mypy --strict`. They are built
+from what a fresh clone holds (fresh_clone), so a file only this machine has cannot hide a gap.
+One version number in three places. The release script: test_release.py.
 
 The wheel is built from the sdist (`python -m build`'s default), so a file missing from the
 sdist fails here, not on a user's `pip install autotune_cache-X.tar.gz`."""
@@ -10,6 +11,7 @@ sdist fails here, not on a user's `pip install autotune_cache-X.tar.gz`."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -52,9 +54,27 @@ print(autotune, autotune_cache.__version__)
 '''
 
 
+def fresh_clone(dest: Path) -> Path:
+    """What a fresh clone of this checkout holds: the files git tracks, and the new ones it
+    does not ignore (uncommitted work is built too), never an ignored build output (a generated
+    file only this machine has, `build/`, `*.egg-info`). Without git: the checkout itself."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:
+        return ROOT
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the work tree is not there
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 def build(out: Path) -> tuple[Path, Path]:
+    """The sdist, and the wheel built from it, of a fresh clone (fresh_clone)."""
+    tree = fresh_clone(out.with_name(f"{out.name}-clone"))
     proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
-                           str(ROOT)], capture_output=True, text=True)
+                           str(tree)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
