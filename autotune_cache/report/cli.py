@@ -32,6 +32,8 @@ def cmd_report(args: argparse.Namespace, out: Out) -> int:
         out.line(f"wrote {len(written)} charts to {shown(args.png)}"
                  + ("" if written else " (no input records candidate timings)"))
     out.set(entries=len(report.sections), inputs=len(report.files))
+    if report.baselines:  # the line `diff` prints on the same pair
+        out.set(comparison=report.summary)
     return 0
 
 

@@ -5,6 +5,7 @@ kernel."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from html.parser import HTMLParser
@@ -277,3 +278,6 @@ def test_the_baseline_page_and_diff_say_the_same_line_and_name_newly_timed_candi
     assert text.count("1 newly timed candidate(s): BLOCK=256 warps=4 stages=3") == 4
     moved = {s.row.kernel for s in report.sections if s.change and s.change.rekeyed}
     assert moved == {"a", "b"}
+    cli.main(["report", str(new), "--baseline", str(old), "-o", str(tmp_path / "r.html"),
+              "--json"])
+    assert json.loads(capsys.readouterr().out)["comparison"] == line
