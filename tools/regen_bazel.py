@@ -7,18 +7,25 @@ runfiles, with the outputs landing in bazel-testlogs. Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
 import subprocess
 import sys
-import urllib.parse
+import tempfile
 import xml.etree.ElementTree as ElementTree
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from regen_bep import (  # noqa: F401 - read_test_* are part of this module's interface
+    bep_events,
+    normalize_label,
+    read_test_dirs,
+    read_test_statuses,
+    skipped_patterns,
+)
 
 # The names rules/private/constants.bzl and dump_test.bzl give the macro's targets;
 # tests/rules/test_constants.py fails when they differ.
@@ -97,14 +104,6 @@ def absolute_pattern(pattern: str, package: str) -> str:
     if pattern.startswith(":") or not package:
         return f"//{package}{pattern}"
     return f"//{package}/{pattern}"
-
-
-def normalize_label(label: str) -> str:
-    """Drops the main-repository prefix ("@//", "@@//") that Bazel prints in some versions."""
-    for prefix in ("@@//", "@//"):
-        if label.startswith(prefix):
-            return label[len(prefix) - 2 :]
-    return label
 
 
 def label_parts(label: str) -> tuple[str, str]:
@@ -241,14 +240,20 @@ class Bazel:
 
         Raises BazelCommandError when the query failed as a whole (not exit 0 or 3).
         """
-        done = self._run_captured(self.command("query", "--keep_going", *args),
-                                  ok=(0, BAZEL_PARTIAL_SUCCESS))
+        with tempfile.TemporaryDirectory(prefix="regen_query_") as scratch:
+            bep = Path(scratch) / "bep.json"
+            done = self._run_captured(
+                self.command("query", "--keep_going", f"--build_event_json_file={bep}", *args),
+                ok=(0, BAZEL_PARTIAL_SUCCESS))
+            events = bep_events(bep)
         if not done.returncode:
             return Query(done.stdout)
         # Bazel's own errors, so that "see above" in the summary points somewhere.
         sys.stderr.write(done.stderr)
         broken = broken_packages(done.stderr, self.workspace)
-        skipped = bad_patterns(done.stderr)
+        # The skipped patterns from the build events (Bazel 4.2.3 has them), their error
+        # lines only without events.
+        skipped = skipped_patterns(events) if events else bad_patterns(done.stderr)
         if not broken and not skipped:
             broken = ("(a package Bazel did not name; see its errors above)",)
         return Query(done.stdout, broken, skipped)
@@ -514,49 +519,6 @@ def widen_search(bazel: Bazel, cache_paths: Sequence[str], flags: Sequence[str] 
     regenerates one of `cache_paths`: what regen_cache asks before it writes a file that would
     lose entries after a narrowed search (find_dump_targets)."""
     return sharing_dumps(bazel, cache_paths, workspace_universe(bazel.workspace), flags)
-
-
-def _bep_events(bep_json: Path) -> list[dict]:
-    """The events of a --build_event_json_file (one JSON object per line); [] if absent."""
-    if not bep_json.is_file():
-        return []
-    events = []
-    for line in bep_json.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return events
-
-
-def read_test_statuses(bep_json: Path) -> dict[str, str]:
-    """Per-label overall status ("PASSED", "FAILED", ...) from a --build_event_json_file."""
-    statuses: dict[str, str] = {}
-    for event in _bep_events(bep_json):
-        summary_id = event.get("id", {}).get("testSummary")
-        if summary_id and "testSummary" in event:
-            label = normalize_label(summary_id.get("label", ""))
-            statuses[label] = event["testSummary"].get("overallStatus", "UNKNOWN")
-    return statuses
-
-
-def read_test_dirs(bep_json: Path) -> dict[str, Path]:
-    """Per-label bazel-testlogs directory, taken from the test.log URI in the build events.
-
-    More robust than `bazel info bazel-testlogs`, which would need the same configuration
-    flags as the test run (and `info` rejects test-only flags).
-    """
-    directories: dict[str, Path] = {}
-    for event in _bep_events(bep_json):
-        result_id = event.get("id", {}).get("testResult")
-        if not result_id or "testResult" not in event:
-            continue
-        for output in event["testResult"].get("testActionOutput", []):
-            uri = output.get("uri", "")
-            if output.get("name") == "test.log" and uri.startswith("file://"):
-                log = Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
-                directories[normalize_label(result_id.get("label", ""))] = log.parent
-    return directories
 
 
 def outputs_dir(testlogs: Path, label: str) -> Path:

@@ -173,6 +173,21 @@ def test_skipped_patterns_are_named_as_patterns_not_broken_packages(tmp_path: Pa
         "no targets found beneath 'tema'")
 
 
+def test_skipped_patterns_come_from_the_querys_build_events(tmp_path: Path) -> None:
+    """What Bazel 4.2.3's `query --keep_going --build_event_json_file` writes for a pattern
+    that names nothing: the structured event, read without parsing its error lines."""
+    bep = tmp_path / "bep.json"
+    events = [{"id": {"started": {}}, "started": {"command": "query"}},
+              {"id": {"patternSkipped": {"pattern": ["//tema/..."]}},
+               "aborted": {"reason": "LOADING_FAILURE",
+                           "description": "no targets found beneath 'tema'"}},
+              {"id": {"buildFinished": {}}, "finished": {"exitCode": {"code": 3}}}]
+    bep.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    assert regen_bazel.skipped_patterns(regen_bazel.bep_events(bep)) == (
+        ("//tema/...", "no targets found beneath 'tema'"),)
+    assert regen_bazel.skipped_patterns(events[:1]) == ()
+
+
 def test_the_workspace_universe_leaves_out_bazels_output_trees(tmp_path: Path) -> None:
     """`//...` is the root package plus one `//dir/...` per top-level directory: never a
     bazel-* convenience symlink (Bazel 4 walks into one that points to another output base,
