@@ -273,5 +273,22 @@ def _resolve(name: str) -> Any:
             value = getattr(value, attr, None)
             if value is None:  # a submodule not imported yet, or a name gone: look again later
                 return _UNKNOWN
-        return value if hasattr(value, "preload") and hasattr(value, "fn") else None
+        return _plain_jit(value, name)
     return _UNKNOWN
+
+
+def _plain_jit(value: Any, name: str) -> Any:
+    """`value` if it is a JIT function; the JIT function a library's launch wrapper holds as
+    `.fn` (FlagGems' LibEntry), when it is the one `name` names; None for anything else,
+    a tuner on the way included (its kernel's compiles are not warm-ups)."""
+    if hasattr(value, "preload") and hasattr(value, "fn"):
+        return value
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    for _ in range(3):
+        if value is None or isinstance(value, (Autotuner, Heuristics)):
+            return None
+        value = getattr(value, "fn", None)
+        if hasattr(value, "preload") and hasattr(value, "fn"):
+            return value if _full_name(value) == name else None
+    return None

@@ -178,6 +178,21 @@ def test_resolving_names_never_imports(monkeypatch):
     assert warmups._resolve("tests.triton.kernels.not_defined_yet") is warmups._UNKNOWN
 
 
+def wrapped_kernel() -> None:
+    """The Python function of the JIT function a library's launch wrapper holds (below)."""
+
+
+def test_a_jit_function_inside_a_library_launch_wrapper_resolves(monkeypatch):
+    """A library may hold its kernels in a launch wrapper of its own (FlagGems' LibEntry keeps
+    the JIT function as `.fn`): the recorded name resolves to that JIT function, and only when
+    it is the one the name names."""
+    jit = SimpleNamespace(fn=wrapped_kernel, preload=lambda spec: None)  # a JIT function
+    monkeypatch.setattr(sys.modules[__name__], "wrapped_kernel", SimpleNamespace(fn=jit))
+    assert warmups._resolve(f"{__name__}.wrapped_kernel") is jit
+    monkeypatch.setattr(kernels, "wrapped", SimpleNamespace(fn=jit), raising=False)
+    assert warmups._resolve("tests.triton.kernels.wrapped") is None  # another function's
+
+
 def test_inspect_names_warmups_as_such(use_cache, tmp_path, capsys):
     """`autotune-cache inspect` labels a warm-up entry instead of printing an empty config."""
     dump = tmp_path / "dump.textproto"
