@@ -88,6 +88,7 @@ class Seeding:
         self.served = False  # ... and answered with a cached pick
         self.missed: tuple[Any, CacheKey | None] | None = None  # a memo key the cache lacked
         self.benchmarked = False
+        self.comparing = False  # between its first benchmark and its pick: candidates compile
         self.timings: dict[str, float] = {}  # config_text -> time, from _bench
         self.decided: list[tuple[Any, Any, str]] = []  # (memo key, config, how)
         self.started = time.perf_counter()
@@ -156,6 +157,7 @@ class Seeding:
             with self._lock:
                 self.decided.append((memo_key, config, "tuned"))
                 self.picks[memo_key] = config  # its reads that follow need no lookup
+                self.comparing = False
 
     def forget(self, memo_key: Any) -> None:
         with self._lock:
@@ -208,7 +210,7 @@ class Seeding:
         self.mode = "seeded"
         # The miss counted as a routed kernel's is; under require-complete it raises here.
         get_cache().hit(self.missed[1], [config_to_proto(c) for c in tuner.configs])
-        self.benchmarked = True
+        self.benchmarked = self.comparing = True
         return None
 
     def timed(self, config: Any, result: Any) -> None:

@@ -59,7 +59,7 @@ from autotune_cache import cache as cache_module
 from autotune_cache.cache import Cache
 from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.triton import hooks, preload, process
+from autotune_cache.triton import hooks, preload, process, seeding
 from autotune_cache.triton.compile import failure_reason, portable_specialization
 from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import source_fingerprint
@@ -213,7 +213,10 @@ def _under_triton_autotuner() -> bool:
             return False
         owner = frame.f_locals.get("self")
         if isinstance(owner, TritonAutotuner) and not is_tuned(owner.fn):
-            return True  # ours subclass Triton's, and their kernels are marked
+            # ours subclass Triton's, and their kernels are marked; a seeded tuner's launch
+            # of its pick is a warm-up like any other compile (seeding.py), its candidates not
+            seeded = seeding.of(owner)
+            return seeded is None or seeded.comparing
         frame = frame.f_back
     return False
 
@@ -279,15 +282,16 @@ def _resolve(name: str) -> Any:
 
 def _plain_jit(value: Any, name: str) -> Any:
     """`value` if it is a JIT function; the JIT function a library's launch wrapper holds as
-    `.fn` (FlagGems' LibEntry), when it is the one `name` names; None for anything else,
-    a tuner on the way included (its kernel's compiles are not warm-ups)."""
+    `.fn` (FlagGems' LibEntry), when it is the one `name` names; None for anything else, a
+    tuner on the way included (its kernel's compiles are not warm-ups), unless it is seeded
+    (seeding.py: the launch of its pick was recorded as a warm-up)."""
     if hasattr(value, "preload") and hasattr(value, "fn"):
         return value
-    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.autotuner import Autotuner
 
     for _ in range(3):
-        if value is None or isinstance(value, (Autotuner, Heuristics)):
-            return None
+        if value is None or (isinstance(value, Autotuner) and seeding.of(value) is None):
+            return None  # a tuner's kernel, unless the tuner is seeded (its pick is recorded)
         value = getattr(value, "fn", None)
         if hasattr(value, "preload") and hasattr(value, "fn"):
             return value if _full_name(value) == name else None

@@ -204,3 +204,34 @@ def test_a_tuner_that_never_asks_its_memo_keeps_the_loud_error(use_cache) -> Non
     message = str(raised.value)
     assert "Nor can the cache seed it: it benchmarked without asking its memo" in message
     assert "docs/third-party-kernels.md" in message
+
+
+def test_the_launch_of_a_seeded_pick_is_a_warm_up_its_candidates_are_not(
+        use_cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compile under a Triton tuner that is not ours is one of its candidates (not recorded),
+    except a seeded tuner's launch of its pick: that compile is recorded as a warm-up, and the
+    recorded name resolves through the seeded tuner, so a loaded run compiles it ahead."""
+    from autotune_cache.triton import warmups
+
+    def compile_under(self: Any) -> bool:  # a compile seen from inside the tuner's run
+        return warmups._under_triton_autotuner()
+
+    def in_run(self: Any) -> bool:
+        return compile_under(self)
+
+    use_cache(dump_to=tmp_path / "lib.autotune.textproto")
+    plain = bucketlib(switch=False).ops.scale_kernel
+    assert in_run(plain)  # Triton's tuner, not seeded: its compiles are its candidates
+    tuner = bucketlib().ops.scale_kernel
+    seeding = vars(tuner)["_autotune_cache_seeding"]
+    seeding.comparing = True
+    assert in_run(tuner)  # benchmarking its candidates
+    seeding.comparing = False
+    assert not in_run(tuner)  # launching its pick
+    # A GPU's JIT function (the interpreter's has no `preload`: nothing compiles ahead there).
+    jit = types.SimpleNamespace(fn=tuner.fn.fn, preload=lambda spec: None)
+    monkeypatch.setattr(tuner, "fn", jit)
+    assert warmups._resolve("bucketlib.ops.scale_kernel") is jit
+    monkeypatch.setattr(plain, "fn", jit)
+    sys.modules["bucketlib.ops"].scale_kernel = plain
+    assert warmups._resolve("bucketlib.ops.scale_kernel") is None  # an unseeded tuner's
