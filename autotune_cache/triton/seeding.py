@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from autotune_cache.cache import get_cache
@@ -54,6 +55,15 @@ from autotune_cache.triton.fingerprint import (
 from autotune_cache.triton.problem import _value
 
 SEED_ATTR = "_autotune_cache_seeding"  # a tuner's Seeding, in its __dict__
+
+# Records a seeded pick's compile as a warm-up (warmups.py sets it when it records compiles).
+_pick_recorder: Callable[[Any, str], None] | None = None
+
+
+def set_pick_recorder(recorder: Callable[[Any, str], None]) -> None:
+    """warmups.py: where the compile of a library's pick goes (see Seeding.candidate_compiled)."""
+    global _pick_recorder
+    _pick_recorder = recorder
 
 # Why a tuner is seeded rather than routed (the census's `why`).
 WHY_SEEDED = ("its class overrides {what} of Triton's Autotuner, which the cache's tuner would "
@@ -91,6 +101,7 @@ class Seeding:
         self.comparing = False  # between its first benchmark and its pick: candidates compile
         self.timings: dict[str, float] = {}  # config_text -> time, from _bench
         self.decided: list[tuple[Any, Any, str]] = []  # (memo key, config, how)
+        self.compiled: list[tuple[Any, str]] = []  # candidates compiled while comparing
         self.started = time.perf_counter()
         self.configs_timings = None
 
@@ -218,6 +229,13 @@ class Seeding:
         with contextlib.suppress(TypeError, ValueError):
             _time_into(self.timings, config, result)
 
+    def candidate_compiled(self, jit_fn: Any, spec: str) -> None:
+        """Triton compiled a candidate while the library compared them (warmups.py): the one
+        that turns out to be its pick is recorded as a warm-up at the launch's end, so a loaded
+        run compiles it ahead (the pick's own launch finds it compiled and compiles nothing)."""
+        with self._lock:
+            self.compiled.append((jit_fn, spec))
+
     def _launch_done(self, tuner: Any, failed: bool) -> None:
         if self.mode == "routed" or failed:
             return
@@ -238,6 +256,11 @@ class Seeding:
             self.picks[memo_key] = config
             cache.record(self._entry(tuner, key, config, how), key=key,
                          benchmarks=len(self.timings))
+            recorder = _pick_recorder
+            for jit_fn, spec in self.compiled if recorder is not None else ():
+                if compiled_config(jit_fn, spec, config):
+                    recorder(jit_fn, spec)
+                    break
 
     def _entry(self, tuner: Any, key: CacheKey, config: Any, how: str) -> pb.Entry:
         """The results entry of the library's pick, with the timings it exposed."""
@@ -270,6 +293,33 @@ class Seeding:
             tuning_seconds=round(time.perf_counter() - self.started, 6) if rows else 0.0,
             timing_method=method))
 
+
+
+def compiled_config(jit_fn: Any, spec: str, config: Any) -> bool:
+    """Whether Triton's specialization data `spec` of a compile of `jit_fn` is `config`'s:
+    its meta-parameters among the compile's constants (by argument position), its launch
+    options among the compile's options."""
+    try:
+        data = json.loads(spec)
+        constants = {tuple(k): v for k, v in zip(data["constant_keys"], data["constant_vals"],
+                                                  strict=True)}
+        options = data["options"]
+        names = list(jit_fn.arg_names)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    for name, value in config.kwargs.items():
+        if name not in names:
+            continue
+        found = constants.get((names.index(name),))
+        if isinstance(found, dict):
+            found = found.get("constexpr")
+        if found != value:
+            return False
+    for option in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        value = getattr(config, option, None)
+        if value is not None and option in options and options[option] != value:
+            return False
+    return True
 
 
 def _memo_get(memo: Any, key: Any) -> Any:

@@ -118,6 +118,7 @@ def install() -> None:
     """Listen to every compile Triton starts (hooks.py's one `jit_cache_hook` dispatcher): what
     a process that loads or dumps results needs. Costs nothing until Triton compiles."""
     hooks.set_compile_listener(_on_compile)
+    seeding.set_pick_recorder(_record_pick)
 
 
 def _on_compile(kw: dict[str, Any]) -> None:
@@ -183,8 +184,27 @@ def _full_name(jit_fn: Any) -> str | None:
 # ----- recording ------------------------------------------------------------------------------
 
 def _record(state: _Process, jit_fn: Any, spec: str) -> None:
-    if is_tuned(jit_fn) or _under_triton_autotuner():
+    if is_tuned(jit_fn):
         return
+    owner = _triton_tuner_above(sys._getframe(1))
+    if owner is not None:
+        seeded = seeding.of(owner)
+        if seeded is None:
+            return  # a candidate of Triton's own autotuner, compiled by it in every run
+        if seeded.comparing:  # a candidate; its spec is kept in case it is the library's pick
+            seeded.candidate_compiled(jit_fn, spec)
+            return
+    _record_warmup(state, jit_fn, spec)
+
+
+def _record_pick(jit_fn: Any, spec: str) -> None:
+    """A seeded tuner's pick, compiled while it compared its candidates (seeding.py)."""
+    state = _current()
+    if state.record:
+        _record_warmup(state, jit_fn, spec)
+
+
+def _record_warmup(state: _Process, jit_fn: Any, spec: str) -> None:
     name = _full_name(jit_fn)
     if name is None:
         return
@@ -202,23 +222,30 @@ def _record(state: _Process, jit_fn: Any, spec: str) -> None:
 
 def _under_triton_autotuner() -> bool:
     """Whether the compile runs under one of Triton's own autotuners (not ours): its candidates
-    are compiled by it in every run, so none is worth recording."""
+    are compiled by it in every run, so none is worth recording; a seeded tuner's launch of its
+    pick is a warm-up like any other compile (seeding.py), its candidates not."""
+    owner = _triton_tuner_above(sys._getframe(2))
+    if owner is None:
+        return False
+    seeded = seeding.of(owner)
+    return seeded is None or seeded.comparing
+
+
+def _triton_tuner_above(frame: Any) -> Any:
+    """The nearest of Triton's own autotuners (not ours: theirs are marked) running in `frame`
+    or the frames above it, if any."""
     try:
         from triton.runtime.autotuner import Autotuner as TritonAutotuner
     except ImportError:
-        return False
-    frame = sys._getframe(2)
+        return None
     for _ in range(_FRAMES):
         if frame is None:
-            return False
+            return None
         owner = frame.f_locals.get("self")
         if isinstance(owner, TritonAutotuner) and not is_tuned(owner.fn):
-            # ours subclass Triton's, and their kernels are marked; a seeded tuner's launch
-            # of its pick is a warm-up like any other compile (seeding.py), its candidates not
-            seeded = seeding.of(owner)
-            return seeded is None or seeded.comparing
+            return owner
         frame = frame.f_back
-    return False
+    return None
 
 
 # ----- loading --------------------------------------------------------------------------------

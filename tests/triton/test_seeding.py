@@ -235,3 +235,29 @@ def test_the_launch_of_a_seeded_pick_is_a_warm_up_its_candidates_are_not(
     monkeypatch.setattr(plain, "fn", jit)
     sys.modules["bucketlib.ops"].scale_kernel = plain
     assert warmups._resolve("bucketlib.ops.scale_kernel") is None  # an unseeded tuner's
+
+
+def test_the_compile_of_a_library_pick_is_found_among_its_candidates() -> None:
+    """While a seeded library compares its candidates their compiles are kept; the one whose
+    specialization is the pick's (its meta-parameters among the compile's constants, by
+    argument position; its launch options) is recorded as a warm-up at the launch's end."""
+    import json
+
+    import triton
+
+    from autotune_cache.triton.seeding import compiled_config
+
+    jit = types.SimpleNamespace(arg_names=["x_ptr", "out_ptr", "n", "BLOCK_SIZE"])
+
+    def spec(block: int, warps: int) -> str:
+        return json.dumps({"constant_keys": [[3]], "constant_vals": [block],
+                           "options": {"num_warps": warps, "num_stages": 3}})
+
+    pick = triton.Config({"BLOCK_SIZE": 64}, num_warps=4)
+    assert compiled_config(jit, spec(64, 4), pick)
+    assert not compiled_config(jit, spec(64, 8), pick)
+    assert not compiled_config(jit, spec(32, 4), pick)
+    constexpr = json.dumps({"constant_keys": [[3]], "constant_vals": [{"constexpr": 64}],
+                            "options": {"num_warps": 4}})
+    assert compiled_config(jit, constexpr, pick)
+    assert not compiled_config(jit, "not json", pick)
