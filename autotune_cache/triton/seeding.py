@@ -65,6 +65,7 @@ def set_pick_recorder(recorder: Callable[[Any, str], None]) -> None:
     global _pick_recorder
     _pick_recorder = recorder
 
+
 # Why a tuner is seeded rather than routed (the census's `why`).
 WHY_SEEDED = ("its class overrides {what} of Triton's Autotuner, which the cache's tuner would "
               "not run; its memo is seeded with the cached picks instead")
