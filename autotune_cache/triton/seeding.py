@@ -73,6 +73,8 @@ NO_MEMO = ("it benchmarked without asking its memo (self.cache) first, so the ca
            "it a pick")
 UNDECIDED = ("its class replaces run() of Triton's Autotuner and it has not launched: at its "
              "first launch it is routed if its run() calls Triton's, else seeded")
+UNWRITABLE_KEY = ("its memo key {key} holds a value a results file cannot write (numbers, strings "
+                  "and booleans can be written; ',' and '=' cannot appear in them)")
 IGNORED_MEMO = "it benchmarked although its memo (self.cache) answered with the cached pick"
 
 
@@ -217,8 +219,10 @@ class Seeding:
             return None
         if self.served:
             return IGNORED_MEMO
-        if self.missed is None or self.missed[1] is None:
+        if self.missed is None:
             return NO_MEMO
+        if self.missed[1] is None:
+            return UNWRITABLE_KEY.format(key=repr(self.missed[0])[:200])
         self.mode = "seeded"
         # The miss counted as a routed kernel's is; under require-complete it raises here.
         get_cache().hit(self.missed[1], [config_to_proto(c) for c in tuner.configs])

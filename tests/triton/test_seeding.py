@@ -261,3 +261,15 @@ def test_the_compile_of_a_library_pick_is_found_among_its_candidates() -> None:
                             "options": {"num_warps": 4}})
     assert compiled_config(jit, constexpr, pick)
     assert not compiled_config(jit, "not json", pick)
+
+
+def test_a_memo_key_the_file_cannot_write_keeps_the_loud_error_and_says_why(
+        use_cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_cache(require_complete=True)
+    lib = bucketlib()
+    tuner = lib.ops.scale_kernel
+    monkeypatch.setattr(tuner, "get_key", lambda nargs: ("a,b", nargs["n"]))
+    with pytest.raises(UnroutedTuningError) as raised:
+        scale(lib, 100)
+    assert "its memo key ('a,b', 100) holds a value a results file cannot write" in \
+        str(raised.value)
