@@ -176,11 +176,13 @@ def _now_rfc3339() -> str:
 
 
 def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: str,
-                seconds: float, eligible: Collection[int] | None = None) -> tuple[pb.Entry, int]:
+                seconds: float, eligible: Collection[int] | None = None,
+                previous: int | None = None) -> tuple[pb.Entry, int]:
     """The results entry for these candidate timings (one per candidate, in candidate order) and
     the winner's index: `pick_winner` among the `eligible` candidates (default, or when none of
     them has a time: all), so the earliest of those within the timing method's noise band of the
-    fastest. Raises AllConfigsFailedError, naming every config with its reason, when no
+    fastest, or the `previous` pick (the key's winner under another candidate list) when it is
+    among them. Raises AllConfigsFailedError, naming every config with its reason, when no
     candidate has a time."""
     from autotune_cache.version import __version__ as tuner_version
 
@@ -191,7 +193,7 @@ def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: s
         raise AllConfigsFailedError(
             f"autotune_cache: every candidate config failed for {key.describe()}:\n{reasons}")
     among = {i: t for i, t in ok.items() if i in eligible} if eligible else {}
-    best, _ = pick_winner(among or ok, timing_method)
+    best, _ = pick_winner(among or ok, timing_method, committed=previous)
     best_ms = ok[best]
     entry = pb.Entry(key=key.to_proto(), result=pb.Result(
         config=candidates[best].config,

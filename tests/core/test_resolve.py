@@ -227,3 +227,27 @@ def test_processes_missing_one_key_together_tune_it_once(tmp_path: Path) -> None
     assert [r["time_ms"] for r in results] == [1.0] * 3  # every process uses the one result
     assert [r["misses"] for r in results] == [1] * 3
     assert sorted((r["peer"], r["benchmarks"]) for r in results) == [(0, 3), (1, 0), (1, 0)]
+
+
+def test_a_tie_after_a_config_was_added_keeps_the_previous_pick() -> None:
+    """Within the timing method's noise band (the interpreter's: 25 %), the winner recorded
+    under the old candidate list stays when it is tied, rather than the earliest tied config:
+    adding a config moves no pick that only noise separates from it."""
+    cache = Cache(Settings())
+    method = "cputime-interpreter"
+    old_key = make_key(configs="cfg-old")
+    old = cache.resolve(old_key, [config(64), config(128)], FakeTune({64: 2.0, 128: 1.0}),
+                        timing_method=method)
+    assert config_text(old.entry.result.config) == "BLOCK=128,num_warps=4"
+    # BLOCK=32 is added first in the list and is as fast as BLOCK=128 within the band.
+    new_key = make_key(configs="cfg-new")
+    tune = FakeTune({32: 0.95})
+    resolved = cache.resolve(new_key, [config(32), config(64), config(128)], tune,
+                             timing_method=method)
+    assert tune.jobs[0].todo == (0,)  # the others' timings are reused
+    assert config_text(resolved.entry.result.config) == "BLOCK=128,num_warps=4"
+    # With no previous pick, the earliest tied config wins (decision 0030).
+    fresh = Cache(Settings()).resolve(new_key, [config(32), config(64), config(128)],
+                                      FakeTune({32: 0.95, 64: 2.0, 128: 1.0}),
+                                      timing_method=method)
+    assert config_text(fresh.entry.result.config) == "BLOCK=32,num_warps=4"
