@@ -35,7 +35,7 @@ from autotune_cache.store.tuning import (
     Tune,
     TuneJob,
     build_entry,
-    config_text,
+    previous_pick,
     recorded_timings,
     reusable_timings,
 )
@@ -455,21 +455,11 @@ class Cache:
             timings.append(timing)
         eligible = None if tuned.finalists is None else {*tuned.finalists, *reused}
         entry, best = build_entry(key, timings, timing_method, time.perf_counter() - started,
-                                  eligible, previous=self._previous_pick(key, candidates))
+                                  eligible, previous=previous_pick(self.same_source(key),
+                                                                   candidates))
         entry.result.triton_specialization = tuned.specializations.get(best, "")
         self.record(entry, benchmarks=tuned.benchmarks, key=key)
         return Resolved(entry, best)
-
-    def _previous_pick(self, key: CacheKey, candidates: Sequence[pb.Config]) -> int | None:
-        """The index among `candidates` of the winner recorded for `key` under another candidate
-        list (the latest such entry of the same source, device and toolchain), if it is still a
-        candidate: a tie keeps it (tuning.pick_winner), so adding a config does not move a pick
-        that only noise separates from another."""
-        entries = sorted(self.same_source(key), key=lambda e: e.result.tuned_at)
-        if not entries:
-            return None
-        wanted = config_text(entries[-1].result.config)
-        return next((i for i, c in enumerate(candidates) if config_text(c) == wanted), None)
 
     # ----- recording -----------------------------------------------------------------------
 

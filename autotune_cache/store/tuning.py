@@ -159,6 +159,17 @@ def pick_winner(times: Mapping[int, float], timing_method: str,
     return (committed if committed in tied else tied[0]), tied
 
 
+def previous_pick(entries: Iterable[pb.Entry], candidates: Sequence[pb.Config]) -> int | None:
+    """The index among `candidates` of the winner of the latest of `entries` (the key's entries
+    under other candidate lists: Cache.same_source), if it is still a candidate: a tie keeps it
+    (pick_winner), so adding a config moves no pick that only noise separates from another."""
+    latest = max(entries, key=lambda e: e.result.tuned_at, default=None)
+    if latest is None:
+        return None
+    wanted = config_text(latest.result.config)
+    return next((i for i, c in enumerate(candidates) if config_text(c) == wanted), None)
+
+
 def tie_of(entry: pb.Entry) -> tuple[int, float] | None:
     """(how many candidates were tied, the band) when the entry's winner was decided by the tie
     rule (pick_winner: another candidate was as fast within the noise band), else None: for the
