@@ -14,7 +14,6 @@ starts compiling every decorated kernel's loaded winners on the one compile pool
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,7 +34,7 @@ from autotune_cache.triton.configs import (
     winning_candidate,
 )
 from autotune_cache.triton.device import current_device, toolchain
-from autotune_cache.triton.fingerprint import heuristics_fingerprint, source_fingerprint
+from autotune_cache.triton.fingerprint import heuristics_fingerprint, tuned_fingerprint
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.problem import problem_key, triton_style_key
 from autotune_cache.triton.tune import ConflictingMetaParametersError, KernelTuning
@@ -118,11 +117,7 @@ class Autotuner(_TritonAutotuner):
     def fresh_source_fingerprint(self) -> str:
         """The source fingerprint computed now, not kept: the key's is computed at the first
         launch, when the global constexprs it reads hold the values the kernel runs with."""
-        fingerprint = source_fingerprint(self.fn)
-        heuristics = self._heuristics_fingerprint
-        if heuristics:
-            fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
-        return fingerprint
+        return tuned_fingerprint(self.fn, self._heuristics_fingerprint)
 
     def cache_key(self, configs: Sequence[Any], all_args: Mapping[str, Any]) -> CacheKey:
         """The results-cache key of launching with `all_args`, choosing among `configs`."""

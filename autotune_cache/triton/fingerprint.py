@@ -210,3 +210,12 @@ def heuristics_fingerprint(kernel: Any) -> str:
     if not parts:
         return ""
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def tuned_fingerprint(kernel: Any, heuristics: str) -> str:
+    """The key's source fingerprint of a tuned kernel: `source_fingerprint(kernel)`, combined
+    with its `heuristics_fingerprint` (read when the tuner was built) when it has any."""
+    fingerprint = source_fingerprint(kernel)
+    if heuristics:
+        fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
+    return fingerprint

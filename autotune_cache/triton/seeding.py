@@ -33,7 +33,6 @@ library's own lookups (a database query, for some) are what they were.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -50,7 +49,7 @@ from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import (
     heuristics_fingerprint,
     qualified_name,
-    source_fingerprint,
+    tuned_fingerprint,
 )
 from autotune_cache.triton.problem import _value
 
@@ -88,7 +87,9 @@ class Seeding:
         self.why = WHY_SEEDED.format(what=what)
         self.mode: str | None = "seeded" if known_seeded else None  # or "routed"
         self.picks: dict[Any, Any] = {}  # memo key -> config, decided in this process
-        self._source: str | None = None
+        self._source: str | None = None  # computed at the first key, as the Autotuner's is
+        # Its @heuristics read now, as the Autotuner reads them (autotuner.py).
+        self._heuristics = heuristics_fingerprint(tuner.fn)
         self._configs: Any = None
         self._fingerprint = ""
         self._lock = threading.RLock()
@@ -114,11 +115,7 @@ class Seeding:
         """The cache key of the library's pick for `memo_key`; None when the memo key holds a
         value the results file cannot write (then nothing is seeded nor recorded for it)."""
         if self._source is None:
-            fingerprint = source_fingerprint(tuner.fn)
-            heuristics = heuristics_fingerprint(tuner.fn)
-            if heuristics:
-                fingerprint = hashlib.sha256(f"{fingerprint}+{heuristics}".encode()).hexdigest()
-            self._source = fingerprint
+            self._source = tuned_fingerprint(tuner.fn, self._heuristics)
         if tuner.configs is not self._configs:
             self._configs, self._fingerprint = tuner.configs, configs_fingerprint(tuner.configs)
         values = memo_key if isinstance(memo_key, tuple) else (memo_key,)
