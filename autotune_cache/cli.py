@@ -131,8 +131,9 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
 
 def _seeded_kernels(rows: list[Row]) -> dict[str, str]:
     """{kernel: its library's tuner class} for the entries a library's own tuner picked
-    (triton/seeding.py records them with the timing method "library <class>...")."""
+    (triton/seeding.py names the tuner in the timing method: tuning.library_tuner)."""
     from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.store.tuning import library_tuner
 
     found = {}
     for row in rows:
@@ -141,9 +142,9 @@ def _seeded_kernels(rows: list[Row]) -> dict[str, str]:
             entry.ParseFromString(row.payload)
         except Exception:  # noqa: BLE001, S112 - another format's payload
             continue
-        method = entry.result.timing_method
-        if method.startswith("library "):
-            found[row.kernel] = method.removeprefix("library ")
+        tuner = library_tuner(entry.result.timing_method)
+        if tuner is not None:
+            found[row.kernel] = tuner
     return found
 
 

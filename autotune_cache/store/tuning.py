@@ -141,6 +141,17 @@ def reusable_timings(candidates: Sequence[pb.Config], recorded: Mapping[str, pb.
 NOISE_BANDS: dict[str, float] = {"cputime-interpreter": 0.25}
 
 
+# The timing method of an entry that a library's own tuner picked (triton/seeding.py) starts
+# with this, then names the tuner's class (and what timings it did not expose).
+LIBRARY_METHOD = "library "
+
+
+def library_tuner(timing_method: str) -> str | None:
+    """The library tuner an entry's timing method names (LIBRARY_METHOD), else None."""
+    return timing_method.removeprefix(LIBRARY_METHOD) if timing_method.startswith(
+        LIBRARY_METHOD) else None
+
+
 def noise_band(timing_method: str) -> float:
     """How far from the fastest (relative) a time of `timing_method` is still a tie with it."""
     return NOISE_BANDS.get(timing_method, 0.0)
@@ -182,7 +193,7 @@ def tie_of(entry: pb.Entry) -> tuple[int, float] | None:
     return (len(tied), noise_band(result.timing_method)) if len(tied) > 1 else None
 
 
-def _now_rfc3339() -> str:
+def now_rfc3339() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
@@ -210,7 +221,7 @@ def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: s
         config=candidates[best].config,
         time_ms=best_ms,
         candidates=candidates,
-        tuned_at=_now_rfc3339(),
+        tuned_at=now_rfc3339(),
         tuner_version=tuner_version,
         tuning_seconds=round(seconds, 6),
         timing_method=timing_method,

@@ -43,7 +43,7 @@ from typing import Any
 from autotune_cache.cache import get_cache
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.tuning import config_text
+from autotune_cache.store.tuning import LIBRARY_METHOD, config_text, now_rfc3339
 from autotune_cache.triton.configs import config_to_proto, configs_fingerprint
 from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import (
@@ -284,17 +284,16 @@ class Seeding:
                 rows.append(pb.Timing(config=config_to_proto(candidate), time_ms=value,
                                       failure="" if value != float("inf") else "failed"))
         pick = config_to_proto(config)
-        method = f"library {self.kind}"
+        method = LIBRARY_METHOD + self.kind
         if not rows:
             method += (", picked from its own memo or database; timings not exposed"
                        if how == "memo" else ", timings not exposed")
         return pb.Entry(key=key.to_proto(), result=pb.Result(
             config=pick, time_ms=timings.get(config_text(pick), 0.0), candidates=rows,
-            tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            tuned_at=now_rfc3339(),
             tuner_version=tuner_version,
             tuning_seconds=round(time.perf_counter() - self.started, 6) if rows else 0.0,
             timing_method=method))
-
 
 
 def compiled_config(jit_fn: Any, spec: str, config: Any) -> bool:
