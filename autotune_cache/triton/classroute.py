@@ -242,11 +242,11 @@ def tuning_on_triton(tuner: Any) -> None:
     """Triton's own autotuner is about to tune `tuner`'s kernel: note it, or under
     require-complete raise UnroutedTuningError naming the kernel and the fix."""
     seeded = seeding.of(tuner)
+    if seeded is not None and seeded.mode == "routed":
+        seeded = None  # its launches go to its shadow; this tuning is Triton's, as for any
     why_not_seeded = seeded.tuning(tuner) if seeded is not None else None
     if seeded is not None and why_not_seeded is None:
         return  # a seeded tuner tuning a key the cache lacks, recorded at the launch's end
-    if why_not_seeded == "routed":
-        seeded = why_not_seeded = None
     kernel = qualified_name(tuner.fn)
     cache = get_cache()
     first = cache.stats.tuned_on_triton(kernel)

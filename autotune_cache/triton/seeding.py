@@ -207,11 +207,10 @@ class Seeding:
         self.mode = "routed"
 
     def tuning(self, tuner: Any) -> str | None:
-        """The library is about to benchmark. None when this is a seeded tuning (a miss of the
-        cache, and outside strict mode); else why the cache cannot seed it, for classroute's
-        strict error. Under require-complete a miss raises MissingResultError here."""
-        if self.mode == "routed":
-            return "routed"
+        """The library is about to benchmark (a tuner not routed: classroute.py asks only those).
+        None when this is a seeded tuning (a miss of the cache, and outside strict mode); else
+        why the cache cannot seed it, for classroute's strict error. Under require-complete a
+        miss raises MissingResultError here."""
         if self.benchmarked:
             return None
         if self.served:

@@ -220,17 +220,6 @@ def _record_warmup(state: _Process, jit_fn: Any, spec: str) -> None:
     state.cache.record_warmup(key, entry)
 
 
-def _under_triton_autotuner() -> bool:
-    """Whether the compile runs under one of Triton's own autotuners (not ours): its candidates
-    are compiled by it in every run, so none is worth recording; a seeded tuner's launch of its
-    pick is a warm-up like any other compile (seeding.py), its candidates not."""
-    owner = _triton_tuner_above(sys._getframe(2))
-    if owner is None:
-        return False
-    seeded = seeding.of(owner)
-    return seeded is None or seeded.comparing
-
-
 def _triton_tuner_above(frame: Any) -> Any:
     """The nearest of Triton's own autotuners (not ours: theirs are marked) running in `frame`
     or the frames above it, if any."""

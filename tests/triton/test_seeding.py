@@ -211,23 +211,25 @@ def test_the_launch_of_a_seeded_pick_is_a_warm_up_its_candidates_are_not(
     """A compile under a Triton tuner that is not ours is one of its candidates (not recorded),
     except a seeded tuner's launch of its pick: that compile is recorded as a warm-up, and the
     recorded name resolves through the seeded tuner, so a loaded run compiles it ahead."""
+    from autotune_cache.cache import get_cache
     from autotune_cache.triton import warmups
 
-    def compile_under(self: Any) -> bool:  # a compile seen from inside the tuner's run
-        return warmups._under_triton_autotuner()
-
-    def in_run(self: Any) -> bool:
-        return compile_under(self)
+    def in_run(self: Any, spec: str) -> None:  # a compile Triton starts inside the tuner's run
+        warmups._record(warmups._current(), self.fn, spec)
 
     use_cache(dump_to=tmp_path / "lib.autotune.textproto")
+    stats = get_cache().stats
     plain = bucketlib(switch=False).ops.scale_kernel
-    assert in_run(plain)  # Triton's tuner, not seeded: its compiles are its candidates
+    in_run(plain, "spec-a")  # Triton's tuner, not seeded: its compiles are its candidates
+    assert stats.warmups_recorded == 0
     tuner = bucketlib().ops.scale_kernel
     seeding = vars(tuner)["_autotune_cache_seeding"]
     seeding.comparing = True
-    assert in_run(tuner)  # benchmarking its candidates
+    in_run(tuner, "spec-b")  # benchmarking its candidates: kept aside, not recorded
+    assert stats.warmups_recorded == 0 and seeding.compiled == [(tuner.fn, "spec-b")]
     seeding.comparing = False
-    assert not in_run(tuner)  # launching its pick
+    in_run(tuner, "spec-c")  # launching its pick
+    assert stats.warmups_recorded == 1
     # A GPU's JIT function (the interpreter's has no `preload`: nothing compiles ahead there).
     jit = types.SimpleNamespace(fn=tuner.fn.fn, preload=lambda spec: None)
     monkeypatch.setattr(tuner, "fn", jit)
