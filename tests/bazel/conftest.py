@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.bazel.harness import Workspace, find_bazel
+from tests.bazel.harness import Workspace, bazel_or_skip
 
 # The fixtures are Bazel test mains (named like Bazel users name them, *_test.py) that only run
 # inside the scratch workspaces, never under pytest.
@@ -27,10 +27,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     Sharing one workspace (and one Bazel server) per module keeps the suite fast; tests that
     edit files restore them (see `restored`).
     """
-    bazel = find_bazel()
-    if bazel is None:
-        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4), "
-                    "or point AUTOTUNE_TEST_BAZEL at a Bazel binary")
+    bazel = bazel_or_skip()
     base = tmp_path_factory.mktemp("bazel")
     ws = Workspace.create(base / "ws", base / "output_user_root", bazel)
     try:

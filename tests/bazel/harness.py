@@ -122,6 +122,17 @@ def find_bazel() -> str | None:
     return shutil.which("bazel-4")
 
 
+def bazel_or_skip() -> str:
+    """find_bazel(), or the calling test skipped with how to install Bazel 4."""
+    bazel = find_bazel()
+    if bazel is None:
+        import pytest
+
+        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4), "
+                    "or point AUTOTUNE_TEST_BAZEL at a Bazel binary")
+    return bazel
+
+
 @dataclass
 class Result:
     """A finished Bazel command."""

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from autotune_cache.formats import load_results
-from tests.bazel.harness import Workspace, find_bazel
+from tests.bazel.harness import Workspace, bazel_or_skip
 
 TRITON_TESTS = ["//kernels:small_test", "//kernels:large_test", "//kernels:other_package_test",
                 "//kernels:pytest_style_test"]
@@ -28,9 +28,7 @@ REGEN = ["run", "@rules_autotune//tools:regen_cache", "--"]
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """A scratch copy of the ruleset with e2e/workspace inside it, as in the repository."""
-    bazel = find_bazel()
-    if bazel is None:
-        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
+    bazel = bazel_or_skip()
     base = tmp_path_factory.mktemp("bazel_e2e")
     ws = Workspace.create_e2e(base, base / "output_user_root", bazel)
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bazel.harness import REPO, Workspace, find_bazel
+from tests.bazel.harness import REPO, Workspace, bazel_or_skip
 
 USER_BUILD = """\
 load("@rules_autotune//rules:defs.bzl", "autotuned_py_test")
@@ -68,9 +68,7 @@ get_cache().lookup(CacheKey(kernel="lib_kernel", source_fingerprint="0", configs
 def user_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """A consumer workspace with an `app` package holding one Triton example, no cache yet, and
     a third repository @ext_lib with an autotuned test of its own."""
-    bazel = find_bazel()
-    if bazel is None:
-        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
+    bazel = bazel_or_skip()
     base = tmp_path_factory.mktemp("bazel_external")
     ext_lib = base / "ext_lib"
     (ext_lib / "lib").mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bazel.harness import Workspace, find_bazel
+from tests.bazel.harness import Workspace, bazel_or_skip
 from tests.bazel.test_bazel_examples import restored
 from tests.bazel.test_bazel_ruleset_cases import kernels_in
 
@@ -98,9 +98,7 @@ DISCARDS = re.compile(r"discarding analysis cache", re.IGNORECASE)
 @pytest.fixture(scope="module")
 def mono(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """The monorepo, with every cache but the XLA test's regenerated once."""
-    bazel = find_bazel()
-    if bazel is None:
-        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
+    bazel = bazel_or_skip()
     base = tmp_path_factory.mktemp("bazel_mono")
     ws = Workspace.create_consumer(base, base / "output_user_root", bazel)
     for path, text in FILES.items():

@@ -14,16 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.bazel.harness import OVERRIDES, REPO, Workspace, find_bazel
+from tests.bazel.harness import OVERRIDES, REPO, Workspace, bazel_or_skip
 
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """The tracked files of this repository (as `git clone` gives them), plus a .bazelrc
     for the offline Bazel 4 run."""
-    bazel = find_bazel()
-    if bazel is None:
-        pytest.skip("Bazel 4.2.3 is not installed: apt-get install bazel-bootstrap (bazel-4)")
+    bazel = bazel_or_skip()
     base = tmp_path_factory.mktemp("bazel_own_repo")
     root = base / "rules_autotune"
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
