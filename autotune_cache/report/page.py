@@ -108,8 +108,7 @@ def _changes(report: Report) -> str:
                 now = (f"{_ms(c.old_winner_now_ms)} ({_pct(c.old_winner_slower_percent)} vs "
                        "new, measured in the same run)")
             out.append(
-                f'<tr class=changed><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
-                f"<span class=mono>[{_e(s.row.problem)}]</span></td><td>{_e(s.row.device)}</td>"
+                f"<tr class=changed>{_kernel_cell(s)}<td>{_e(s.row.device)}</td>"
                 f"<td class=mono>{_e(c.old_config)}</td><td class=mono>{_e(s.row.config)}</td>"
                 f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
                 f"<td>{_pct(c.percent)}</td><td>{now}</td></tr>")
@@ -120,10 +119,8 @@ def _changes(report: Report) -> str:
         for s in retimed:
             c = s.change
             assert c is not None
-            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
-                       f"<span class=mono>[{_e(s.row.problem)}]</span></td>"
-                       f"<td>{_ms(c.old_time_ms)}</td><td>{_ms(c.new_time_ms)}</td>"
-                       f"<td>{_pct(c.percent)}</td></tr>")
+            out.append(f"<tr>{_kernel_cell(s)}<td>{_ms(c.old_time_ms)}</td>"
+                       f"<td>{_ms(c.new_time_ms)}</td><td>{_pct(c.percent)}</td></tr>")
         out.append("</table></details>")
     if moved:
         out.append(f"<details open><summary>{len(moved)} {_e(REKEYED)}</summary>"
@@ -132,9 +129,8 @@ def _changes(report: Report) -> str:
         for s in moved:
             c = s.change
             assert c is not None
-            out.append(f'<tr><td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
-                       f"<span class=mono>[{_e(s.row.problem)}]</span></td>"
-                       f"<td>{_e(s.row.device)}</td><td>{_e(_key_change(s))}</td>"
+            out.append(f"<tr>{_kernel_cell(s)}<td>{_e(s.row.device)}</td>"
+                       f"<td>{_e(_key_change(s))}</td>"
                        f"<td>{_e(c.kind)}</td></tr>")
         out.append("</table></details>")
     if report.removed:
@@ -169,6 +165,12 @@ def _index(report: Report) -> str:
     return (f'<nav class=index><h2 id="index">Kernels ({len(by_kernel)})</h2><table>'
             "<tr><th>kernel</th><th>entries</th><th>problems</th></tr>"
             + "".join(rows) + "</table></nav>")
+
+
+def _kernel_cell(s: Section) -> str:
+    """The table cell naming a section's kernel (a link to its section) and its problem."""
+    return (f'<td><a href="#{s.anchor}">{_e(s.row.kernel)}</a> '
+            f"<span class=mono>[{_e(s.row.problem)}]</span></td>")
 
 
 def _key_change(s: Section) -> str:
