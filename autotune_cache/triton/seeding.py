@@ -92,6 +92,7 @@ class Seeding:
         self._heuristics = heuristics_fingerprint(tuner.fn)
         self._configs: Any = None
         self._fingerprint = ""
+        self._candidates: list[pb.Config] = []
         self._lock = threading.RLock()
         self._depth = 0
         self.launched = False
@@ -104,7 +105,8 @@ class Seeding:
         self.benchmarked = False
         self.comparing = False  # between its first benchmark and its pick: candidates compile
         self.timings: dict[str, float] = {}  # config_text -> time, from _bench
-        self.decided: list[tuple[Any, Any, str]] = []  # (memo key, config, how)
+        # memo key -> (config, how), the first decision of the launch per key
+        self.decided: dict[Any, tuple[Any, str]] = {}
         self.compiled: list[tuple[Any, str]] = []  # candidates compiled while comparing
         self.started = time.perf_counter()
         self.configs_timings = None
@@ -116,8 +118,7 @@ class Seeding:
         value the results file cannot write (then nothing is seeded nor recorded for it)."""
         if self._source is None:
             self._source = tuned_fingerprint(tuner.fn, self._heuristics)
-        if tuner.configs is not self._configs:
-            self._configs, self._fingerprint = tuner.configs, configs_fingerprint(tuner.configs)
+        self._candidates_of(tuner)
         values = memo_key if isinstance(memo_key, tuple) else (memo_key,)
         device = current_device()
         try:
@@ -129,6 +130,14 @@ class Seeding:
         except ValueError:
             return None
         return key
+
+    def _candidates_of(self, tuner: Any) -> list[pb.Config]:
+        """The tuner's candidates as recorded (and their fingerprint), worked out again only
+        when the library replaced its candidate list."""
+        if tuner.configs is not self._configs:
+            self._configs, self._fingerprint = tuner.configs, configs_fingerprint(tuner.configs)
+            self._candidates = [config_to_proto(c) for c in tuner.configs]
+        return self._candidates
 
     # ----- the memo's questions --------------------------------------------------------------
 
@@ -144,7 +153,7 @@ class Seeding:
             self.asked = True
             key = self.key(tuner, memo_key)
             if key is not None:
-                candidates = [config_to_proto(c) for c in tuner.configs]
+                candidates = self._candidates_of(tuner)
                 cache = get_cache()
                 entry = cache.peek(key, candidates)
                 pick = None if entry is None else _matching(tuner.configs, entry.result.config)
@@ -157,7 +166,7 @@ class Seeding:
             if memo_key in inner:  # the library's own memo (its database, for some)
                 found = inner[memo_key]
                 self.picks[memo_key] = found
-                self.decided.append((memo_key, found, "memo"))
+                self.decided.setdefault(memo_key, (found, "memo"))
                 return found
             self.missed = (memo_key, key)
             return None
@@ -166,7 +175,7 @@ class Seeding:
         """The library wrote its pick for `memo_key` into its memo."""
         if self.mode != "routed":
             with self._lock:
-                self.decided.append((memo_key, config, "tuned"))
+                self.decided.setdefault(memo_key, (config, "tuned"))
                 self.picks[memo_key] = config  # its reads that follow need no lookup
                 self.comparing = False
 
@@ -221,7 +230,7 @@ class Seeding:
             return UNWRITABLE_KEY.format(key=repr(self.missed[0])[:200])
         self.mode = "seeded"
         # The miss counted as a routed kernel's is; under require-complete it raises here.
-        get_cache().hit(self.missed[1], [config_to_proto(c) for c in tuner.configs])
+        get_cache().hit(self.missed[1], self._candidates_of(tuner))
         self.benchmarked = self.comparing = True
         return None
 
@@ -246,15 +255,12 @@ class Seeding:
         cache = get_cache()
         if self.asked:
             cache.stats.seeded(self.kernel)
-        recorded = set()
-        for memo_key, config, how in self.decided:
+        for memo_key, (config, how) in self.decided.items():
             key = self.key(tuner, memo_key)
-            if key is None or memo_key in recorded:
+            if key is None:
                 continue
-            recorded.add(memo_key)
             if how == "memo":  # a miss of the cache (under require-complete it raises)
-                cache.hit(key, [config_to_proto(c) for c in tuner.configs])
-            self.picks[memo_key] = config
+                cache.hit(key, self._candidates_of(tuner))
             cache.record(self._entry(tuner, key, config, how), key=key,
                          benchmarks=len(self.timings))
             recorder = _pick_recorder
@@ -276,11 +282,10 @@ class Seeding:
                 except Exception:  # noqa: BLE001 - a library's own record, best effort
                     continue
         rows = []
-        for candidate in tuner.configs:
-            text = config_text(config_to_proto(candidate))
-            if text in timings:
-                value = timings[text]
-                rows.append(pb.Timing(config=config_to_proto(candidate), time_ms=value,
+        for candidate in self._candidates_of(tuner):
+            value = timings.get(config_text(candidate))
+            if value is not None:
+                rows.append(pb.Timing(config=candidate, time_ms=value,
                                       failure="" if value != float("inf") else "failed"))
         pick = config_to_proto(config)
         method = LIBRARY_METHOD + self.kind
