@@ -44,7 +44,7 @@ from autotune_cache.cache import get_cache
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import LIBRARY_METHOD, config_text, now_rfc3339
-from autotune_cache.triton.configs import config_to_proto, configs_fingerprint
+from autotune_cache.triton.configs import config_to_proto, configs_fingerprint, match_text
 from autotune_cache.triton.device import current_device, toolchain
 from autotune_cache.triton.fingerprint import (
     heuristics_fingerprint,
@@ -335,16 +335,14 @@ def _memo_get(memo: Any, key: Any) -> Any:
 def _time_into(timings: dict[str, float], config: Any, value: Any) -> None:
     """timings[config's text] = the median of a benchmark's result (a list of quantiles)."""
     value = value[0] if isinstance(value, (list, tuple)) and value else value
-    timings[config_text(config_to_proto(config))] = float(value)
+    timings[match_text(config)] = float(value)
 
 
 def _matching(configs: Any, wanted: pb.Config) -> Any:
-    """The candidate whose recorded form is `wanted` (the first, as bench_mod orders them)."""
+    """The first candidate whose recorded form is `wanted` (configs.match_text, as
+    configs.match_candidates pairs them), or None."""
     text = config_text(wanted)
-    for config in configs:
-        if config_text(config_to_proto(config)) == text:
-            return config
-    return None
+    return next((config for config in configs if match_text(config) == text), None)
 
 
 class SeededMemo:
