@@ -40,59 +40,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from google.protobuf import message, text_encoding, text_format
+from google.protobuf import message
 
 from autotune_cache.errors import CorruptFileError
 from autotune_cache.formats import (
     FORMAT_VERSION,
     check_text_budget,
     is_text_path,
-    parse_error,
     parse_results,
     read_results_file,
 )
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.limits import MAX_ENTRY_BYTES, MAX_FILE_ENTRIES, describe
 from autotune_cache.proto import autotune_results_pb2 as pb
+from autotune_cache.store.canonical import (
+    CONVERT_HINT,
+    END,
+    HEAD,
+    KEY_HEAD,
+    NEXT_BLOCK,
+    START,
+    STRING,
+    parse_block,
+    unescape,
+)
+from autotune_cache.store.searched import SearchedFile, open_searched
 
 log = logging.getLogger("autotune_cache")
 
-CONVERT_HINT = ("run `autotune-cache convert {path} {path}` to rewrite it canonically, and "
-                "later loads parse only the entries they use")
 
-_HEAD = b"version: %d\n" % FORMAT_VERSION
-_START = b"entries {\n"
-# Where the next block starts: after a `}` line at column 0 followed by `entries {`.
-_NEXT_BLOCK = re.compile(rb"\n\}\n(?=entries \{\n)")
-_END = b"\n}\n"
-# One quoted string, as protobuf's text tokenizer reads one: no newline, escapes kept.
-_STRING = rb'"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
-# A block's first lines, from the `entries {` at its start; the line after them must be the
-# key's device, its toolchain or its end (a line starting with a quote would continue the
-# string before it).
-_KEY_HEAD = re.compile(
-    rb"entries \{\n  key \{\n    kernel: " + _STRING + rb"\n"
-    rb"(?:    source_fingerprint: " + _STRING + rb"\n)?"
-    rb"(?:    configs_fingerprint: " + _STRING + rb"\n)?"
-    rb"(?:    problem: " + _STRING + rb"\n)?"
-    rb"(?=    device \{\n|    toolchain \{\n|  \}\n)")
 # A line whose only tokens are a field name, a colon and one string.
-_STRING_LINE = re.compile(rb" *[A-Za-z_][A-Za-z0-9_]*: " + _STRING)
+_STRING_LINE = re.compile(rb" *[A-Za-z_][A-Za-z0-9_]*: " + STRING)
 
 _hinted: set[str] = set()
 # Blocks indexed at a time: bounds the match objects alive at once.
 _CHUNK = 4096
-
-
-def _unescape(raw: bytes) -> str | None:
-    """A header string's value, decoded as protobuf's tokenizer decodes it; None when it is not
-    valid (the block parse, or the full parse, then says why)."""
-    try:
-        if b"\\" not in raw:
-            return raw.decode("utf-8")
-        return text_encoding.CUnescape(raw.decode("utf-8")).decode("utf-8")
-    except (UnicodeDecodeError, ValueError):
-        return None
 
 
 @dataclass
@@ -133,17 +115,17 @@ def _index(data: bytes) -> _Index | None:
     first lines, only two words are looked for (module docstring): another `entries` could
     open an entry the index does not know; another `problem` could set the problem of a key
     whose first lines have none."""
-    if not data.startswith(_HEAD) or not (data.isascii() or _is_utf8(data)):
+    if not data.startswith(HEAD) or not (data.isascii() or _is_utf8(data)):
         return None
-    if len(data) == len(_HEAD):
+    if len(data) == len(HEAD):
         return _Index([], [], {}, [])
-    if not data.startswith(_START, len(_HEAD)) or not data.endswith(_END):
+    if not data.startswith(START, len(HEAD)) or not data.endswith(END):
         return None
-    starts = [len(_HEAD), *(m.end() for m in _NEXT_BLOCK.finditer(data, len(_HEAD)))]
+    starts = [len(HEAD), *(m.end() for m in NEXT_BLOCK.finditer(data, len(HEAD)))]
     if len(starts) > MAX_FILE_ENTRIES:
         raise _TooMany(len(starts))
     ends = [*starts[1:], len(data)]
-    match = _KEY_HEAD.match
+    match = KEY_HEAD.match
     # Vectorised per chunk of blocks (C-level list operations, as fast as one pass over all),
     # keeping only each block's names: no chunk's match objects outlive it, so the index costs
     # a few hundred bytes per entry at its peak too.
@@ -160,7 +142,7 @@ def _index(data: bytes) -> _Index | None:
         header_entries += texts.count(b"entries")
         raw = [m.group(1, 4) for m in heads]
         if b"\\" in texts or not texts.isascii():
-            decoded = [(_unescape(kernel), _unescape(problem or b"")) for kernel, problem in raw]
+            decoded = [(unescape(kernel), unescape(problem or b"")) for kernel, problem in raw]
             if any(not kernel or problem is None for kernel, problem in decoded):
                 return None
             chunk = cast("list[tuple[str, str]]", decoded)
@@ -234,6 +216,10 @@ class LoadedFile:
         """Every (kernel, problem) the file holds an entry for."""
         return set(self.groups)
 
+    def kernels(self) -> set[str]:
+        """Every kernel name the file holds entries of."""
+        return {kernel for kernel, _ in self.groups}
+
     def _entry(self, i: int) -> tuple[CacheKey, pb.Entry]:
         key = self._keys.get(i)
         if key is not None:
@@ -249,26 +235,10 @@ class LoadedFile:
         index = self.index
         assert index is not None
         start, end = index.starts[i], index.ends[i]
-        block = self.data[start:end]
-        msg = pb.AutotuneResultsFile()
-        if self.binary:
-            try:
-                msg.entries.add().MergeFromString(block)
-            except message.DecodeError as e:
-                raise parse_error(self.path, f"entry {i} (bytes {start}-{end}): {e}",
-                                  text=False, what="autotune results file") from e
-        else:
-            check_text_budget(block, self.path)
-            try:
-                text_format.Parse(block.decode("utf-8"), msg)
-            except (text_format.ParseError, UnicodeDecodeError) as e:
-                line = self.data.count(b"\n", 0, start)
-                detail = re.sub(r"^(\d+)", lambda m: str(int(m.group(1)) + line), str(e))
-                raise parse_error(self.path, detail, text=True, data=self.data,
-                                  what="autotune results file") from e
-        entry = msg.entries[0] if len(msg.entries) == 1 else None
-        if (entry is None or msg.version != 0
-                or (entry.key.kernel, entry.key.problem) != index.heads[i]):
+        entry = parse_block(self.path, self.data[start:end], index.heads[i], binary=self.binary,
+                            label=f"entry {i} (bytes {start}-{end})", start=start,
+                            whole=lambda: self.data)
+        if entry is None:
             # Not reachable for a file the index admits (module docstring); kept so a gap in
             # that reasoning costs a full parse, never a wrong entry.
             log.warning("autotune_cache: %s: entry %d does not match its first lines; parsing "
@@ -324,6 +294,9 @@ class LoadedFile:
             return 0
         return sum(index.ends[i] - index.starts[i] for (k, _), group in self.groups.items()
                    if k == kernel for i in group if i not in self.entries)
+
+
+ResultsFile = LoadedFile | SearchedFile  # what load_file returns
 
 
 class _Reindexed(Exception):
@@ -444,14 +417,26 @@ def _binary_index(path: Path, data: bytes) -> _Index | None:
     return _Index(starts, ends, groups, heads)
 
 
-def load_file(path: Path | str, read_from: Path | None = None) -> LoadedFile:
-    """Load one results file (text or binary by its extension): a canonical text file or a
+def load_file(path: Path | str, read_from: Path | None = None) -> ResultsFile:
+    """Load one results file (text or binary by its extension): a canonical text file is
+    searched in place (searched.py), a well-formed binary file is indexed, and their entries
+    are parsed on use; any other file is read whole by load_bytes. `read_from`: where to read
+    the bytes, if not at `path` (messages name `path`)."""
+    path = Path(path)
+    if is_text_path(path):
+        searched = open_searched(path, read_from or path, lambda data: load_bytes(path, data))
+        if searched is not None:
+            return searched
+    return load_bytes(path, read_results_file(read_from or path, budget=False))
+
+
+def load_bytes(path: Path, data: bytes) -> LoadedFile:
+    """Load the bytes of results file `path`: a canonical text file (proven by byte scans) or a
     well-formed binary file is indexed and its entries parsed on use; any other file is parsed
     whole. A file with more than MAX_FILE_ENTRIES entries, or an indexed entry over
-    MAX_ENTRY_BYTES, is refused with a CorruptFileError naming it."""
-    path = Path(path)
+    MAX_ENTRY_BYTES, is refused with a CorruptFileError naming it. The escape budget is checked
+    per entry."""
     text = is_text_path(path)
-    data = read_results_file(read_from or path, budget=False)  # escape budget: per entry
     if text:
         try:
             index = _index(data)

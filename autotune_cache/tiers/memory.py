@@ -10,7 +10,9 @@ from pathlib import Path
 
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.results_index import LoadedFile, load_file
+from autotune_cache.store.canonical import CONVERT_HINT
+from autotune_cache.store.results_index import ResultsFile, load_file
+from autotune_cache.store.searched import SearchedFile
 from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")
@@ -21,19 +23,19 @@ THIS_PROCESS = "this process"
 class ProcessTier:
     """What this process tuned or looked up, then the loaded files (the last file wins).
 
-    Loaded files stay as `results_index.LoadedFile`s, indexed by (kernel, problem), whose
-    entries are parsed and keyed on first use, so loading a large committed file costs no
-    per-entry work."""
+    Loaded files stay as `results_index.ResultsFile`s: a canonical text file is searched in
+    place (store/searched.py), others indexed by (kernel, problem), and entries are parsed and
+    keyed on first use, so loading a large committed file costs no per-entry work."""
 
     name = "memory"
     shared = False
     writable = True
 
-    def __init__(self, loaded: list[LoadedFile] | None = None,
+    def __init__(self, loaded: list[ResultsFile] | None = None,
                  files: tuple[Path, ...] = ()) -> None:
         self.memory: dict[str, Found] = {}
         # Searched last to first: a later file overrides an earlier one's entry for a key.
-        self.loaded: list[LoadedFile] = loaded or []
+        self.loaded: list[ResultsFile] = loaded or []
         self.files = files
 
     @classmethod
@@ -72,10 +74,26 @@ class ProcessTier:
         self.memory[found.key.digest()] = found
 
     def get(self, key: CacheKey) -> Found | None:
-        digest = key.digest()
-        found = self.memory.get(digest)
+        found = self.memory.get(key.digest())
         if found is not None:
             return found
+        found = self._from_files(key)
+        searched = [file for file in self.loaded if isinstance(file, SearchedFile)
+                    and file.searched]
+        if found is None and searched:
+            # A search's miss trusts the file's order (searched.py); prove it before anyone
+            # acts on it: a miss costs a tuning or a strict failure, a read is cheap beside.
+            for file in searched:
+                file.prove()
+            found = self._from_files(key)
+            if found is not None:
+                log.info("autotune_cache: %s holds %s where a search could not find it, so it "
+                         "is read whole: its entries are not in the writer's order; %s",
+                         found.origin, key.describe(),
+                         CONVERT_HINT.format(path=found.origin))
+        return found
+
+    def _from_files(self, key: CacheKey) -> Found | None:
         for file in reversed(self.loaded):
             got = file.get(key)
             if got is not None:
@@ -110,7 +128,7 @@ class ProcessTier:
 
     def loaded_kernels(self) -> set[str]:
         """The kernel names the loaded files hold entries of (nothing is parsed)."""
-        return {kernel for file in self.loaded for kernel, _ in file.problems()}
+        return {kernel for file in self.loaded for kernel in file.kernels()}
 
     def lock(self, key: CacheKey, timeout: float) -> contextlib.nullcontext[bool]:
         """Nothing to lock: no other process sees this tier."""

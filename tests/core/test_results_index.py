@@ -1,5 +1,6 @@
-"""results_index: a canonical text file is indexed by (kernel, problem) and only the entries a
-lookup needs are parsed; anything else is parsed whole, with the same answers."""
+"""results_index: a canonical text file is searched in place (store/searched.py) or, read whole,
+indexed by (kernel, problem), and either way only the entries a lookup needs are parsed;
+anything else is parsed whole, with the same answers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from autotune_cache.formats import load_results, save_results, serialize_results
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store import results_index
+from autotune_cache.store.searched import SearchedFile
 from tests.cachetools import CPU, fake_tune, make_key
 
 # Names and strings a careless splitter would trip on: braces, quotes, backslashes, newlines,
@@ -39,10 +41,19 @@ def keyed(entries):
     return {CacheKey.from_proto(e.key): e for e in entries}
 
 
+def proven_get(loaded, key):
+    """A lookup as the memory tier makes one: a search's miss is proven (searched.py)."""
+    got = loaded.get(key)
+    if got is None and isinstance(loaded, SearchedFile):
+        loaded.prove()
+        got = loaded.get(key)
+    return got
+
+
 def assert_same_as_full_parse(path, loaded):
     full = keyed(load_results(path))
     for key, entry in full.items():
-        got = loaded.get(key)
+        got = proven_get(loaded, key)
         assert got is not None, key
         assert got[0] == key
         assert got[1].SerializeToString(deterministic=True) == entry.SerializeToString(
@@ -51,20 +62,29 @@ def assert_same_as_full_parse(path, loaded):
         k: e.SerializeToString() for k, e in full.items()}
 
 
-def test_the_index_gives_the_entries_of_a_full_parse(tmp_path):
+# How a canonical text file is loaded: searched in place (load_file), or read whole and indexed
+# (what a search falls back to).
+LOADERS = {"searched": results_index.load_file,
+           "read whole": lambda path: results_index.load_bytes(path, path.read_bytes())}
+
+
+@pytest.mark.parametrize("how", sorted(LOADERS))
+def test_the_index_gives_the_entries_of_a_full_parse(tmp_path, how):
     path = tmp_path / "cache.textproto"
     save_results(path, odd_entries())
-    loaded = results_index.load_file(path)
-    assert loaded.indexed and len(loaded) == len(ODD_KERNELS) * len(ODD_PROBLEMS)
+    loaded = LOADERS[how](path)
+    assert isinstance(loaded, SearchedFile) == (how == "searched")
     assert not loaded.entries  # nothing parsed by the load itself
+    assert loaded.indexed and len(loaded) == len(ODD_KERNELS) * len(ODD_PROBLEMS)
     assert_same_as_full_parse(path, loaded)
 
 
-def test_a_lookup_parses_only_its_own_problem(tmp_path):
+@pytest.mark.parametrize("how", sorted(LOADERS))
+def test_a_lookup_parses_only_its_own_problem(tmp_path, how):
     path = tmp_path / "cache.textproto"
     entries = [fake_tune(make_key(problem={"M": m})) for m in range(20)]
     save_results(path, entries)
-    loaded = results_index.load_file(path)
+    loaded = LOADERS[how](path)
     key = make_key(problem={"M": 7})
     assert loaded.get(key)[0] == key
     assert len(loaded.entries) == 1
@@ -78,10 +98,11 @@ def test_a_lookup_parses_only_its_own_problem(tmp_path):
     assert loaded.unparsed_bytes_of("matmul") == 0 and len(loaded.entries) == 20
 
 
-def test_an_absent_key_is_a_miss_that_parses_nothing(tmp_path):
+@pytest.mark.parametrize("how", sorted(LOADERS))
+def test_an_absent_key_is_a_miss_that_parses_nothing(tmp_path, how):
     path = tmp_path / "cache.textproto"
     save_results(path, odd_entries())
-    loaded = results_index.load_file(path)
+    loaded = LOADERS[how](path)
     assert loaded.get(make_key(kernel="no_such_kernel")) is None
     assert loaded.get(make_key(kernel="matmul", problem={"M": 999})) is None
     assert not loaded.entries
@@ -157,11 +178,11 @@ def test_a_non_canonical_file_is_parsed_whole_with_a_hint(tmp_path, caplog, edit
     results_index._hinted.discard(str(path))
     with caplog.at_level(logging.INFO, logger="autotune_cache"):
         loaded = results_index.load_file(path)
-        results_index.load_file(path)
+        assert_same_as_full_parse(path, loaded)  # a search meets the edit and reads it whole
+        assert_same_as_full_parse(path, results_index.load_file(path))
     assert not loaded.indexed and len(loaded) == len(full)
     hints = [r for r in caplog.records if "not canonical" in r.getMessage()]
     assert len(hints) == 1 and f"autotune-cache convert {path} {path}" in hints[0].getMessage()
-    assert_same_as_full_parse(path, loaded)
 
 
 def test_the_parser_refuses_a_second_kernel_key_or_problem():
@@ -231,11 +252,14 @@ def test_a_cache_hits_near_misses_and_misses_through_the_index(tmp_path):
 
 
 def test_an_empty_kernel_string_is_the_full_parses_error(tmp_path):
-    """`kernel: ""` is not what the writer writes: the file is parsed whole, which names it."""
+    """`kernel: ""` is not what the writer writes: the file is parsed whole, which names it
+    (at the load, read whole; at the first lookup, searched)."""
     path = canonical(tmp_path)
     path.write_bytes(path.read_bytes().replace(b'kernel: "matmul"', b'kernel: ""', 1))
     with pytest.raises(CorruptFileError, match="has no key.kernel"):
-        results_index.load_file(path)
+        results_index.load_bytes(path, path.read_bytes())
+    with pytest.raises(CorruptFileError, match="has no key.kernel"):
+        results_index.load_file(path).get(make_key(problem={"M": 2}))
 
 
 @pytest.mark.parametrize("suffix", [".textproto", ".pb"])
