@@ -106,8 +106,10 @@ def open_searched(path: Path, source: Path, load_whole: Callable[[bytes], Loaded
                   ) -> SearchedFile | None:
     """A search of the text results file `source` (messages name `path`) when it starts and
     ends as the writer's output does; None otherwise, or when it cannot be opened as a regular
-    file within the read limit (the whole-file load then says why). `load_whole(data)` loads
-    the file's bytes when a search is dropped."""
+    file within the read limit (the whole-file load then says why), or where the platform has
+    no `os.pread`. `load_whole(data)` loads the file's bytes when a search is dropped."""
+    if not hasattr(os, "pread"):
+        return None
     try:
         fd = open_regular(source)
     except (OSError, AutotuneCacheError):
@@ -139,8 +141,7 @@ class SearchedFile:
         self._close = weakref.finalize(self, os.close, fd)
         self._load_whole = load_whole
         self._full: LoadedFile | None = None
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._locks: dict[int, threading.Lock] = {}  # by process id: see _answer
         self._top = len(HEAD)  # the first block's start
         self._heads: dict[int, Head] = {}  # block start -> its (kernel, problem)
         self._probed: list[int] = []  # starts whose heads a bisection compared, in order
@@ -217,12 +218,7 @@ class SearchedFile:
     # ----- answering ------------------------------------------------------------------------
 
     def _answer(self, search: Callable[[], T], full: Callable[[LoadedFile], T]) -> T:
-        if self._pid != os.getpid():
-            # A forked child has none of its parent's threads: a lock one of them held (a
-            # compile-ahead's scan) would never be released. The descriptor is shared and
-            # pread keeps no offset, so the child searches the same file.
-            self._lock, self._pid = threading.Lock(), os.getpid()
-        with self._lock:
+        with self._lock():
             if self._full is None:
                 try:
                     return search()
@@ -230,6 +226,15 @@ class SearchedFile:
                     self._read_whole(str(e), asked=e.asked)
             assert self._full is not None
             return full(self._full)
+
+    def _lock(self) -> threading.Lock:
+        """This process's lock. A forked child has none of its parent's threads, so a lock one
+        of them held (a compile-ahead's scan) would never be released: each process makes its
+        own, by `setdefault`, which one thread wins. The descriptor is shared and pread keeps
+        no offset, so a child searches the same file."""
+        pid = os.getpid()
+        lock = self._locks.get(pid)
+        return lock if lock is not None else self._locks.setdefault(pid, threading.Lock())
 
     @staticmethod
     def _drop_for(why: str) -> Callable[[], NoReturn]:
@@ -240,13 +245,16 @@ class SearchedFile:
     def _read_whole(self, why: str, *, asked: bool) -> None:
         """Stop searching: load the bytes the descriptor reads, as any file is loaded."""
         data = self._read(0, self.size, whole=True)
+        # Loaded before the descriptor is closed: a load that raises (damage elsewhere in the
+        # file) leaves the search as it was, so the next question raises the same error, never
+        # reads a descriptor number the process has since given to another file.
+        self._full = self._load_whole(data)
         self._close()
         if asked:
             log.debug("autotune_cache: %s is read whole: %s", self.path, why)
         else:
             log.info("autotune_cache: %s is read whole: %s; %s", self.path, why,
                      CONVERT_HINT.format(path=self.path))
-        self._full = self._load_whole(data)
 
     # ----- reading --------------------------------------------------------------------------
 

@@ -167,7 +167,7 @@ def test_threads_looking_up_at_once_get_their_own_entries(big):
 def test_a_forked_child_searches_even_if_a_parent_thread_held_the_file(big):
     loaded = results_index.load_file(big)
     key = make_key(kernel="layer_norm", problem={"M": 11, "name": "x" * 4})
-    with loaded._lock:  # what a compile-ahead thread holds while it scans, at the fork
+    with loaded._lock():  # what a compile-ahead thread holds while it scans, at the fork
         pid = os.fork()
         if pid == 0:  # the child: its lookup must not wait for the parent's thread
             got = loaded.get(key)
@@ -175,3 +175,24 @@ def test_a_forked_child_searches_even_if_a_parent_thread_held_the_file(big):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert loaded.get(key)[0] == key
+
+
+def test_a_whole_read_that_fails_keeps_failing_and_reads_no_other_file(tmp_path):
+    """Damage in the last block: a proof of a miss reads the file whole and fails; the next
+    questions fail the same way and never read a descriptor since given to another file."""
+    a, b = make_key(kernel="a"), make_key(kernel="b")
+    path = tmp_path / "r.textproto"
+    save_results(path, [fake_tune(a), fake_tune(b)])
+    data = path.read_bytes()
+    at = data.rindex(b"tuner_version")
+    path.write_bytes(data[:at] + b"entries garbage\n  " + data[at:])
+    loaded = results_index.load_file(path)
+    assert loaded.get(a)[0] == a
+    with pytest.raises(CorruptFileError, match=str(path)):
+        loaded.prove()
+    other = tmp_path / "other.textproto"
+    save_results(other, [fake_tune(make_key(kernel="b", source="zzz"))])
+    with open(other, "rb"):  # may take the number of a closed descriptor
+        for key in (b, make_key(kernel="b", source="zzz")):  # never the other file's entry
+            with pytest.raises(CorruptFileError, match=str(path)):
+                loaded.get(key)
