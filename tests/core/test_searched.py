@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from autotune_cache import Cache, CorruptFileError, Settings
+from autotune_cache import Cache, CorruptFileError, MissingResultError, Settings
 from autotune_cache.formats import load_results, save_results, serialize_results
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
@@ -196,3 +196,21 @@ def test_a_whole_read_that_fails_keeps_failing_and_reads_no_other_file(tmp_path)
         for key in (b, make_key(kernel="b", source="zzz")):  # never the other file's entry
             with pytest.raises(CorruptFileError, match=str(path)):
                 loaded.get(key)
+
+
+def test_a_hit_in_an_earlier_file_reads_no_later_file_whole(tmp_path):
+    """A monorepo loading one file per team: a key of the first file misses in the second by
+    search alone, which is not proven (the key was found); a key in neither proves both."""
+    first, second = tmp_path / "team_a.textproto", tmp_path / "team_b.textproto"
+    save_results(first, [fake_tune(make_key(kernel="a_kernel", problem={"M": m}))
+                         for m in range(30)])
+    save_results(second, [fake_tune(make_key(kernel="b_kernel", problem={"M": m}))
+                          for m in range(30)])
+    cache = Cache(Settings(load_from=(first, second), require_complete=True))
+    for m in range(30):
+        assert cache.lookup(make_key(kernel="a_kernel", problem={"M": m})) is not None
+        assert cache.lookup(make_key(kernel="b_kernel", problem={"M": m})) is not None
+    assert all(f.searched for f in cache.memory.loaded)
+    with pytest.raises(MissingResultError, match="c_kernel"):
+        cache.lookup(make_key(kernel="c_kernel"))
+    assert not any(f.searched for f in cache.memory.loaded)
