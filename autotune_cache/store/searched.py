@@ -32,11 +32,14 @@ import bisect
 import functools
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
+
+from google.protobuf import text_format
 
 from autotune_cache.errors import AutotuneCacheError, CorruptFileError
 from autotune_cache.foundation.key import CacheKey
@@ -70,6 +73,10 @@ Keyed = tuple[CacheKey, pb.Entry]
 _WINDOW = 4096
 _WINDOW_MAX = 256 * 1024
 _HEAD_WINDOW = 4096  # bytes read for a block's first lines (more when they are longer)
+# The line that closes a block's key (its nested messages' are indented further), and what
+# may follow it: another field of the entry, or the entry's end.
+_KEY_CLOSE = b"\n  }\n"
+_ENTRY_FIELD = re.compile(rb"  [a-z_]+ \{\n|\}\n")
 # Kernels listed by jumping from one kernel's blocks to the next; past this many, reading the
 # file whole is cheaper.
 _KERNEL_JUMPS = 64
@@ -148,6 +155,7 @@ class SearchedFile:
         self._ends: dict[int, int] = {}  # block start -> the next block's start, or size
         self._after: dict[int, int] = {}  # offset -> the first block start at or after it
         self._entries: dict[int, Keyed] = {}  # block start -> its parsed key and entry
+        self._digests: dict[int, str | None] = {}  # block start -> its key's digest, alone
         self._kernels: dict[str, list[int]] = {}  # kernel -> its blocks' starts
 
     # ----- the interface of LoadedFile ------------------------------------------------------
@@ -171,8 +179,7 @@ class SearchedFile:
 
     def get(self, key: CacheKey) -> Keyed | None:
         """The key and entry recorded for `key`, or None (proven only by prove())."""
-        return self._answer(lambda: self._by_digest(self._run(key)).get(key.digest()),
-                            lambda full: full.get(key))
+        return self._answer(lambda: self._find(key), lambda full: full.get(key))
 
     def same_problem(self, key: CacheKey) -> Iterator[Keyed]:
         """Every (key, entry) of key's kernel and problem, once per key."""
@@ -406,6 +413,37 @@ class SearchedFile:
             names.add(kernel)
             start = self._first(functools.partial(_at_or_before, kernel))
         return names
+
+    def _find(self, key: CacheKey) -> Keyed | None:
+        """The key's entry in its (kernel, problem) run. A run of several blocks (other
+        devices, toolchains or sources: a file's history) has each block's key parsed alone
+        first, about a tenth of its entry, and only blocks whose key may be this one parsed
+        whole."""
+        run, digest = self._run(key), key.digest()
+        if len(run) > 1:
+            run = [start for start in run
+                   if start in self._entries or self._key_digest(start) in (digest, None)]
+        return self._by_digest(run).get(digest)
+
+    def _key_digest(self, start: int) -> str | None:
+        """The digest of the key of the block at `start`, parsed alone from its `key {` lines;
+        None when they are not the writer's (the block is then parsed whole). Only a filter: a
+        block it keeps is parsed whole and matched by its full key."""
+        if start in self._digests:
+            return self._digests[start]
+        chunk = self._read(start, min(self._end(start), start + _HEAD_WINDOW))
+        close = chunk.find(_KEY_CLOSE, len(START))
+        digest = None
+        if close >= 0 and _ENTRY_FIELD.match(chunk, close + len(_KEY_CLOSE)):
+            try:
+                entry = text_format.Parse(chunk[len(START):close + 4].decode("utf-8"),
+                                          pb.Entry())
+                digest = CacheKey.from_proto(entry.key).digest()
+            except (text_format.ParseError, UnicodeDecodeError, ValueError,
+                    AutotuneCacheError):
+                digest = None
+        self._digests[start] = digest
+        return digest
 
     def _by_digest(self, starts: list[int]) -> dict[str, Keyed]:
         """(key, entry) by key digest of the blocks at `starts`, parsed on first use, in file

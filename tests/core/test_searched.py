@@ -16,7 +16,7 @@ from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store import results_index, searched
 from autotune_cache.store.searched import SearchedFile
-from tests.cachetools import fake_tune, make_key
+from tests.cachetools import CPU, H200, fake_tune, make_key
 
 KERNELS = ["attention", "layer_norm", "matmul", "softmax"]
 
@@ -214,3 +214,30 @@ def test_a_hit_in_an_earlier_file_reads_no_later_file_whole(tmp_path):
     with pytest.raises(MissingResultError, match="c_kernel"):
         cache.lookup(make_key(kernel="c_kernel"))
     assert not any(f.searched for f in cache.memory.loaded)
+
+
+def test_a_run_of_several_entries_parses_only_the_key_s_own(tmp_path, monkeypatch):
+    """A file's history (other devices, another Triton) puts several entries under one kernel
+    and problem; a lookup parses each one's key alone and only its own entry whole, and a key
+    written otherwise than the writer writes it is parsed whole, never skipped."""
+    keys = [make_key(problem={"M": 1}, device=device, toolchain={"triton": version})
+            for device in (H200, CPU) for version in ("3.5.0", "3.6.0")]
+    path = tmp_path / "cache.textproto"
+    save_results(path, [fake_tune(k) for k in keys])
+    parsed: list[int] = []
+    parse = searched.parse_block
+    monkeypatch.setattr(searched, "parse_block",
+                        lambda *a, **kw: parsed.append(kw["start"]) or parse(*a, **kw))
+    loaded = results_index.load_file(path)
+    for n, key in enumerate(keys, 1):
+        assert loaded.get(key)[0] == key
+        assert len(parsed) == n  # each entry parsed once, by its own lookup
+    # The last key's closing line indented otherwise: its key cannot be read alone.
+    text = path.read_bytes()
+    last = text.rindex(b"entries {")
+    close = b"\n  }\n  result {"
+    at = text.index(close, last)
+    path.write_bytes(text[:at] + b"\n   }\n  result {" + text[at + len(close):])
+    parsed.clear()
+    loaded = results_index.load_file(path)
+    assert loaded.get(keys[-1])[0] == keys[-1] and parsed[-1] > last - 1
