@@ -148,7 +148,7 @@ class SearchedFile:
         self._close = weakref.finalize(self, os.close, fd)
         self._load_whole = load_whole
         self._full: LoadedFile | None = None
-        self._locks: dict[int, threading.Lock] = {}  # by process id: see _answer
+        self._locks: dict[int, threading.Lock] = {}  # by process id: see _lock
         self._top = len(HEAD)  # the first block's start
         self._heads: dict[int, Head] = {}  # block start -> its (kernel, problem)
         self._probed: list[int] = []  # starts whose heads a bisection compared, in order
@@ -304,14 +304,16 @@ class SearchedFile:
     def _start_back(self, offset: int, floor: int) -> int:
         """The last block start in (floor, offset], or `floor` when there is none."""
         stop = offset - 3 + len(BOUNDARY)  # a boundary ending here starts a block at offset
+        window = _WINDOW
         while stop > floor:
-            begin = max(floor - 2, stop - _WINDOW)  # a start past floor has its `\n}\n` here
+            begin = max(floor - 2, stop - window)  # a start past floor has its `\n}\n` here
             at = self._read(begin, stop).rfind(BOUNDARY)
             if at >= 0:
                 return begin + at + 3
             if begin == floor - 2:
                 break
             stop = begin + len(BOUNDARY) - 1
+            window = min(2 * window, _WINDOW_MAX)
         return floor
 
     def _end(self, start: int) -> int:
