@@ -61,8 +61,8 @@ from autotune_cache.store.canonical import (
     NEXT_BLOCK,
     START,
     STRING,
+    head_of,
     parse_block,
-    unescape,
 )
 from autotune_cache.store.searched import SearchedFile, open_searched
 
@@ -142,8 +142,8 @@ def _index(data: bytes) -> _Index | None:
         header_entries += texts.count(b"entries")
         raw = [m.group(1, 4) for m in heads]
         if b"\\" in texts or not texts.isascii():
-            decoded = [(unescape(kernel), unescape(problem or b"")) for kernel, problem in raw]
-            if any(not kernel or problem is None for kernel, problem in decoded):
+            decoded = [head_of(m) for m in heads]
+            if None in decoded:
                 return None
             chunk = cast("list[tuple[str, str]]", decoded)
         else:
@@ -211,6 +211,11 @@ class LoadedFile:
     def __len__(self) -> int:
         """How many entries the file holds (a key held twice counts twice)."""
         return self.count
+
+    searched = False  # read whole: a miss here is a miss (SearchedFile.searched)
+
+    def prove(self) -> None:
+        """Nothing to prove: the file was read whole (SearchedFile.prove)."""
 
     def problems(self) -> set[tuple[str, str]]:
         """Every (kernel, problem) the file holds an entry for."""

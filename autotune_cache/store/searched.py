@@ -337,10 +337,7 @@ class SearchedFile:
             if found is None and len(chunk) == _HEAD_WINDOW:
                 chunk = self._read(start, min(start + MAX_ENTRY_BYTES, self.size))
                 found = KEY_HEAD.match(chunk)
-            head = None if found is None else head_of(found)
-            if head is None:
-                raise _Drop(f"the block at byte {start} does not start as the writer writes one")
-            self._heads[start] = head
+            head = self._keep_head(start, found)
         probes = self._probed
         i = bisect.bisect_left(probes, start)
         if i == len(probes) or probes[i] != start:
@@ -349,6 +346,15 @@ class SearchedFile:
                 raise _Drop("its entries are not in the writer's order (hand-edited, or "
                             "merged by hand)")
             probes.insert(i, start)
+        return head
+
+    def _keep_head(self, start: int, found: re.Match[bytes] | None) -> Head:
+        """The (kernel, problem) of the block at `start` from its KEY_HEAD match, kept; a block
+        whose first lines are not the writer's drops the search."""
+        head = None if found is None else head_of(found)
+        if head is None:
+            raise _Drop(f"the block at byte {start} does not start as the writer writes one")
+        self._heads[start] = head
         return head
 
     # ----- searching ------------------------------------------------------------------------
@@ -394,12 +400,7 @@ class SearchedFile:
                 self._ends.setdefault(start, end)
                 head = self._heads.get(start)
                 if head is None:
-                    found = KEY_HEAD.match(span, start - lo)
-                    head = None if found is None else head_of(found)
-                    if head is None:
-                        raise _Drop(f"the block at byte {start} does not start as the writer "
-                                    "writes one")
-                    self._heads[start] = head
+                    head = self._keep_head(start, KEY_HEAD.match(span, start - lo))
                 if head[0] != kernel:
                     raise _Drop(f"the blocks of kernel {kernel} are not adjacent")
             self._kernels[kernel] = starts

@@ -12,7 +12,6 @@ from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.canonical import CONVERT_HINT
 from autotune_cache.store.results_index import ResultsFile, load_file
-from autotune_cache.store.searched import SearchedFile
 from autotune_cache.tiers.base import Found
 
 log = logging.getLogger("autotune_cache")
@@ -78,12 +77,10 @@ class ProcessTier:
         if found is not None:
             return found
         found = self._from_files(key)
-        searched = [file for file in self.loaded if isinstance(file, SearchedFile)
-                    and file.searched]
-        if found is None and searched:
+        if found is None and any(file.searched for file in self.loaded):
             # A search's miss trusts the file's order (searched.py); prove it before anyone
             # acts on it: a miss costs a tuning or a strict failure, a read is cheap beside.
-            for file in searched:
+            for file in self.loaded:
                 file.prove()
             found = self._from_files(key)
             if found is not None:
