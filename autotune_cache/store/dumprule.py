@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from autotune_cache.formats import Keyed
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
-from autotune_cache.store.tuning import config_text, noise_band, pick_winner
+from autotune_cache.store.tuning import candidate_times, config_text, noise_band, pick_winner
 
 # The kinds of run, by what they may drop: only FULL drops anything.
 FULL = "full"
@@ -130,7 +130,7 @@ def confirms(old: pb.Entry, new: pb.Entry) -> bool:
         return was.triton_specialization == now.triton_specialization
     if noise_band(now.timing_method) == 0.0:
         return False
-    times = {i: t.time_ms for i, t in enumerate(now.candidates) if not t.failure}
+    times = candidate_times(now.candidates)
     committed = next((i for i in times if config_text(now.candidates[i].config) == winner), None)
     if committed is None:
         return False

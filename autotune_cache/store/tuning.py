@@ -157,6 +157,12 @@ def noise_band(timing_method: str) -> float:
     return NOISE_BANDS.get(timing_method, 0.0)
 
 
+def candidate_times(candidates: Iterable[pb.Timing]) -> dict[int, float]:
+    """{candidate index: ms} of the candidates that have a time (not failed): what pick_winner
+    decides among."""
+    return {i: t.time_ms for i, t in enumerate(candidates) if not t.failure}
+
+
 def pick_winner(times: Mapping[int, float], timing_method: str,
                 committed: int | None = None) -> tuple[int, list[int]]:
     """The winner among `times` ({candidate index: ms}) and the candidates tied for it (those
@@ -186,7 +192,7 @@ def tie_of(entry: pb.Entry) -> tuple[int, float] | None:
     rule (pick_winner: another candidate was as fast within the noise band), else None: for the
     tuning line."""
     result = entry.result
-    times = {i: t.time_ms for i, t in enumerate(result.candidates) if not t.failure}
+    times = candidate_times(result.candidates)
     if not times or noise_band(result.timing_method) == 0.0:
         return None
     _, tied = pick_winner(times, result.timing_method)
@@ -208,7 +214,7 @@ def build_entry(key: CacheKey, candidates: Sequence[pb.Timing], timing_method: s
     candidate has a time."""
     from autotune_cache.version import __version__ as tuner_version
 
-    ok = {i: t.time_ms for i, t in enumerate(candidates) if not t.failure}
+    ok = candidate_times(candidates)
     if not ok:
         reasons = "\n".join(f"  {config_text(t.config).replace(',', ' ')}: {t.failure}"
                              for t in candidates)
