@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune_cache.foundation import compile_helpers
 from autotune_cache.config.flags import (
     ENV_VAR,
     MACRO_ENV_VAR,
@@ -105,6 +106,24 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
     if option or early_config.getini("autotune_all_kernels"):
         _route_all_kernels()
+    _start_compile_helpers(option_values(early_config, early=True))
+
+
+def _start_compile_helpers(values: dict[str, object]) -> None:
+    """Start the compile helpers for the loaded files (foundation/compile_helpers.py: separate processes,
+    started before the conftest.py files import the libraries, and started again at
+    pytest_configure if a conftest.py changed what they compile); stop any when none apply.
+    A bad flag starts none: pytest_configure reports it."""
+    if not (any(v not in (None, False) for v in values.values())
+            or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))):
+        compile_helpers.stop()
+        return
+    try:
+        settings, _ = resolve_settings(values)
+    except pytest.UsageError:
+        compile_helpers.stop()
+        return
+    compile_helpers.start(settings.load_from, settings.compile_helpers)
 
 
 def _route_all_kernels() -> None:
@@ -123,8 +142,10 @@ def _install_routing() -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
+        compile_helpers.stop()
         return
     settings, combined = resolve_settings(option_values(config))
+    compile_helpers.start(settings.load_from, settings.compile_helpers)
     if settings.all_kernels:
         # Before the test modules import the libraries whose kernels it routes. The watch on
         # Triton's own tuners (strict mode) comes with the configured cache (startup.engage).
@@ -135,3 +156,8 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         plugin = RunnerPlugin(config, settings, combined)
     config.pluginmanager.register(plugin, "autotune_cache-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The compile helpers still running are stopped (their directory removed)."""
+    compile_helpers.stop()

@@ -34,6 +34,7 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    compile_helpers: int = field(default_factory=lambda: min(8, (os.cpu_count() or 1) // 2))
     all_kernels: bool = False
     deferred_tuning: bool = True
 
@@ -65,6 +66,9 @@ class Settings:
                 "[/DB]: the server that shares compiled kernels is the results server.\n"
                 + valid_flags_text()
             )
+        if self.compile_helpers < 0:
+            raise FlagError(f"--autotune_compile_helpers={self.compile_helpers}: must be >= 0 "
+                            "(0 starts none)")
         if self.compile_workers < 1:
             raise FlagError(f"--autotune_compile_workers={self.compile_workers}: must be >= 1")
 
@@ -233,6 +237,15 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _parse_int(f, v),
           "--autotune_compile_workers=8",
           "threads compiling candidate configs in parallel (default: CPU count)"),
+    _Flag("autotune_compile_helpers", "compile_helpers",
+          "N  helper processes compiling the loaded winners at a pytest run's start "
+          "(default: half the CPUs, at most 8; 0: none)",
+          lambda f, v, env: _parse_int(f, v),
+          "--autotune_compile_helpers=0",
+          "under pytest on a GPU machine, separate processes fill Triton's compile cache with "
+          "the loaded files' winners while conftest.py files import, so that the first "
+          "launches find them compiled; 0 starts none "
+          "([pytest.md](pytest.md#compile-helpers))"),
     _Flag("autotune_deferred_tuning", "deferred_tuning",
           "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",
           lambda f, v, env: _parse_bool(f, v),

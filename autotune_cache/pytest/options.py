@@ -73,12 +73,14 @@ _SHARED_DIR_KEY = "autotune_cache_shared_dir"
 _OUTPUT_KEY = "autotune_cache"
 
 
-def option_values(config: pytest.Config) -> dict[str, Any]:
+def option_values(config: pytest.Config, *, early: bool = False) -> dict[str, Any]:
     """Each option's value: the command line's, else the ini file's (None / False if neither);
-    --autotune-load adds its files to the ini's."""
+    --autotune-load adds its files to the ini's. `early`: in pytest_load_initial_conftests,
+    before the command line is parsed whole (its options as far as pytest knew them then)."""
     values: dict[str, Any] = {}
     for o in OPTIONS:
-        given = config.getoption(o.dest)
+        given = (getattr(config.known_args_namespace, o.dest, None) if early
+                 else config.getoption(o.dest))
         ini = config.getini(o.dest)
         if o.dest == "autotune_load":
             values[o.dest] = [*([ini] if ini else []), *(given or [])] or None

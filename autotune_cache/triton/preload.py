@@ -54,6 +54,7 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autotune_cache.foundation import compile_helpers
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.foundation import env
@@ -463,6 +464,9 @@ def _preload(jit_fn: Any, specialization: str, compile_cache_only: bool = False)
         log.debug("autotune_cache: no preload of %s: its specialization data is not a JSON "
                   "object", getattr(jit_fn, "__name__", jit_fn))
         return False
+    # A compile helper with this specialization in its plan compiles it into the compile cache
+    # (foundation/compile_helpers.py): wait for it, and the preload below is a compile-cache hit.
+    compile_helpers.settle(specialization)
     local = _state().local
     local.preloading = True
     try:

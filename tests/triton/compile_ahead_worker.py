@@ -5,6 +5,9 @@ compile-only driver names the target, the device is stubbed, a `do_bench` that d
 and their entries, with the winners' recorded specializations, saved to PATH.
 `load PATH`: a fresh process loads them; the first kernel's hit starts compiling the second
 kernel's winner through `JITFunction.preload`; the second kernel's hit then compiles nothing.
+A third argument `qualified` names the kernels `module.qualname` in their keys.
+`helper DIR`: a compile helper (autotune_cache/triton/compile_helper.py) run on DIR's job, with
+the same compile-only driver and device; prints its markers ({digest: "" compiled, "-" left}).
 Prints one JSON line of counts.
 """
 
@@ -54,16 +57,35 @@ def select(tuner, args):
     return best, tuned
 
 
+def helper(directory: str) -> None:
+    from pathlib import Path
+
+    import autotune_cache.triton.device as device_module
+    from autotune_cache.triton import compile_helper
+
+    driver.set_active(CompileOnlyDriver())
+    device_module.current_device = lambda: FAKE_GPU
+    assert compile_helper.main([directory, "0"]) == 0
+    markers = {p.name: p.read_text() for p in Path(directory).iterdir()
+               if len(p.name) == 32 and "." not in p.name}
+    print(json.dumps({"markers": markers, "launchers": sorted(n for n, _ in LAUNCHERS)}))
+
+
 def main() -> None:
     phase, path = sys.argv[1], sys.argv[2]
+    if phase == "helper":
+        helper(path)
+        return
     driver.set_active(CompileOnlyDriver())
     autotuner_module.current_device = lambda: FAKE_GPU
     tune_module.device_identity = lambda: "fake-gpu"
     x = torch.empty(256)
-    add = autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
-        kernels.add_kernel)
-    acc = autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
-        kernels.accumulate_kernel)
+    # `qualified`: the keys name the kernels `module.qualname`, as routed kernels' keys do (the
+    # names compile helpers can import); else the function's name, the decorator's default.
+    qualified = sys.argv[3:] == ["qualified"]
+    add, acc = (autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
+        fn, kernel_name=f"{fn.__module__}.{fn.__name__}" if qualified else None)
+        for fn in (kernels.add_kernel, kernels.accumulate_kernel))
     add_args, acc_args = (x, x, x, 256), (x, x, 256)
     if phase == "tune":
         configure(Settings(compile_workers=2))

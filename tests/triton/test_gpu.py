@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,39 @@ def test_an_xdist_dump_run_defers_in_each_worker_and_reloads_complete(tmp_path: 
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "4 passed" in second.stdout
     assert "0 misses" in second.stdout and "0 benchmarks" in second.stdout, second.stdout[-2000:]
+
+
+def test_a_compile_helper_fills_the_compile_cache_a_loaded_run_then_only_reads(
+        tmp_path: Path) -> None:
+    """On the GPU, the real helper (autotune_cache/triton/compile_helper.py) compiles a dump's
+    winners of a routed kernel into an empty TRITON_CACHE_DIR; a loaded run on that cache,
+    compiles no new binary and benchmarks nothing."""
+    from autotune_cache.foundation.compile_helpers import JOB_FILE
+    from autotune_cache.triton.compile_helper import work
+
+    (tmp_path / "test_user_suite.py").write_text(_XDIST_SUITE)
+    dump = tmp_path / "suite.autotune.textproto"
+    first = _pytest_suite(tmp_path, f"--autotune-dump={dump}")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    cache = tmp_path / "tc"
+    shutil.rmtree(cache)
+    job = tmp_path / "helpers"
+    job.mkdir()
+    (job / JOB_FILE).write_text(json.dumps({"files": [str(dump)], "of": 1,
+                                            "sys_path": [str(tmp_path), str(ROOT)]}))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "AUTOTUNE_FLAGS")}
+    env.update(TRITON_CACHE_DIR=str(cache))
+    helper = subprocess.run([sys.executable, "-m", "autotune_cache.triton.compile_helper",
+                             str(job), "0"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert helper.returncode == 0, helper.stderr[-3000:]
+    winners = len(work([str(dump)]))  # the two keys' winners, once per specialization
+    markers = [p for p in job.iterdir() if len(p.name) == 32]
+    assert winners and len(markers) == winners, helper.stderr
+    assert all(p.read_text() == "" for p in markers), helper.stderr
+    cubins = sorted(p.parent.name for p in cache.rglob("*.cubin"))
+    assert len(cubins) == winners
+    second = _pytest_suite(tmp_path, f"--autotune-load={dump}", "--autotune-require-complete")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "0 benchmarks" in second.stdout, second.stdout[-2000:]
+    assert sorted(p.parent.name for p in cache.rglob("*.cubin")) == cubins

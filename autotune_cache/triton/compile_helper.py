@@ -1,0 +1,146 @@
+"""One compile helper process (foundation/compile_helpers.py says why helpers exist and how a
+run uses them).
+
+`python -m autotune_cache.triton.compile_helper DIR INDEX`: read DIR/job.json (the results files,
+the helper count, the parent's sys.path), take this helper's share of the files' recorded
+specializations, write its plan (DIR/plan-INDEX: their digests) and compile each into Triton's
+compile cache through the kernel's own `JITFunction.preload`, building its launcher too, exactly
+as the process's compile-ahead would (preload.py), then touch DIR/<digest> (empty: compiled;
+"-": left to the process).
+
+The share: every helper lists the same specializations (each loaded entry's winner that records
+Triton's specialization data, once each, in file order) and groups them by module (the kernel
+name `module.qualname` up to its last dot), and the groups are dealt to the helpers, largest
+first, each to the least loaded: every helper imports only its own modules. A helper compiles
+only for the GPU it finds (the entry's device name and architecture); the rest it marks "-".
+Nothing here is reported to the user: a failure is written to the helper's log
+(DIR/helper-INDEX.log, read by the process at debug level) and the process compiles as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, digest
+from autotune_cache.foundation.key import Device
+
+log = logging.getLogger(__name__)
+
+Work = tuple[str, Device, str]  # (kernel name, device, specialization data)
+
+
+def work(files: list[str]) -> list[Work]:
+    """Every loaded winner with specialization data, once per specialization, in file order,
+    of the kernels named `module.qualname` (routed kernels, plain kernels' warm-ups): a helper
+    can import those. A kernel named by its function's name alone (the default of
+    `autotune_cache.triton.autotune`) is left to the test process's own compile-ahead."""
+    from autotune_cache.store.results_index import load_file
+
+    seen: set[str] = set()
+    found: list[Work] = []
+    for path in files:
+        try:
+            loaded = load_file(path)
+            for key, entry in loaded.items():
+                spec = entry.result.triton_specialization
+                if spec and spec not in seen and "." in key.kernel:
+                    seen.add(spec)
+                    found.append((key.kernel, key.device, spec))
+        except Exception as e:  # noqa: BLE001 - the process's own load reports a bad file
+            log.warning("compile helper: %s: %s", path, e)
+    return found
+
+
+def module_of(kernel: str) -> str:
+    return kernel.rpartition(".")[0]
+
+
+def share(items: list[Work], index: int, count: int) -> list[Work]:
+    """Helper `index`'s share of `items` of `count` helpers (module doc), in file order."""
+    groups: dict[str, list[Work]] = {}
+    for item in items:
+        groups.setdefault(module_of(item[0]), []).append(item)
+    loads = [0] * count
+    mine: set[str] = set()
+    for module in sorted(groups, key=lambda m: (-len(groups[m]), m)):
+        least = min(range(count), key=lambda i: (loads[i], i))
+        loads[least] += len(groups[module])
+        if least == index:
+            mine.add(module)
+    return [item for item in items if module_of(item[0]) in mine]
+
+
+def resolve(kernel: str) -> Any:
+    """The JIT function named `module.qualname` (under any tuner / heuristics wrappers); the
+    module part is the longest importable prefix."""
+    from autotune_cache.triton.fingerprint import jit_function
+
+    parts = kernel.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        found = jit_function(obj)
+        if found is None:
+            raise LookupError(f"{kernel} is no Triton JIT function")
+        return found
+    raise LookupError(f"no module of {kernel} imports")
+
+
+def compile_all(directory: Path, mine: list[Work]) -> Iterator[tuple[str, bool]]:
+    """Compile each of `mine` for this process's GPU; yields (digest, compiled) as each ends."""
+    from autotune_cache.triton.device import current_device
+    from autotune_cache.triton.preload import _build_launcher
+    from autotune_cache.triton.sandbox import ensure_triton_cache_dir
+
+    ensure_triton_cache_dir()  # where the test process's compiles go (sandbox.py)
+    device = current_device()
+    for kernel, recorded, spec in mine:
+        compiled = False
+        if (recorded.name, recorded.arch) == (device.name, device.arch):
+            try:
+                _build_launcher(resolve(kernel).preload(spec))
+                compiled = True
+            except Exception as e:  # noqa: BLE001 - the process compiles it and reports
+                log.warning("compile helper: %s: %s: %s", kernel, type(e).__name__, e)
+        yield digest(spec), compiled
+
+
+def _touch(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    directory, index = Path(argv[0]), int(argv[1])
+    job = json.loads((directory / JOB_FILE).read_text())
+    sys.path[:] = [*job["sys_path"], *(p for p in sys.path if p not in job["sys_path"])]
+    mine = share(work(job["files"]), index, int(job["of"]))
+    _touch(directory / f"{PLAN_PREFIX}{index}", json.dumps([digest(s) for _, _, s in mine]))
+    log.info("compile helper %d: %d specializations", index, len(mine))
+    done = set()
+    try:
+        for name, compiled in compile_all(directory, mine):
+            done.add(name)
+            _touch(directory / name, "" if compiled else "-")
+    finally:  # whatever is left (no GPU, a crash), the process compiles itself
+        for _, _, spec in mine:
+            if digest(spec) not in done:
+                _touch(directory / digest(spec), "-")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

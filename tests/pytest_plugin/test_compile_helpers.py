@@ -1,0 +1,202 @@
+"""Compile helpers under pytest (autotune_cache/compile_helpers.py), as a user's run meets them:
+started before the rootdir's conftest.py imports anything, started again when that conftest.py
+changes what they would compile, holding none of the run's pipes, stopped with the run, and
+awaited by the process's compile-ahead (`settle`).
+
+The helper here is a stand-in module (FAKE_HELPER) that records what it was given and marks one
+specialization compiled after a delay; the real helper's compile is tested in
+tests/triton/test_compile_helper.py. A `-p` plugin points the library at it and at a file that
+stands for the GPU's device node."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autotune_cache.foundation.compile_helpers import digest
+from tests.pytest_plugin import fake_kernel
+
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+SPEC = '{"name": "k", "key": "planned"}'
+
+FAKE_HELPER = '''
+import json, os, sys, time
+from pathlib import Path
+from autotune_cache.foundation.compile_helpers import digest
+directory, index = Path(sys.argv[1]), int(sys.argv[2])
+job = json.loads((directory / "job.json").read_text())
+record = {"pid": os.getpid(), "index": index, "of": job["of"], "files": job["files"],
+          "cache": os.environ.get("TRITON_CACHE_DIR"), "flags": os.environ.get("AUTOTUNE_FLAGS"),
+          "stdin": os.readlink("/proc/self/fd/0"), "stdout": os.readlink("/proc/self/fd/1"),
+          "stderr": os.readlink("/proc/self/fd/2"), "directory": str(directory)}
+with open(os.environ["HELPER_RECORD"], "a") as f:
+    f.write(json.dumps(record) + "\\n")
+mine = [digest(%(spec)r)] if index == 0 else []
+(directory / f"plan-{index}").write_text(json.dumps(mine))
+time.sleep(0.5)
+for name in mine:
+    (directory / name).write_text("")
+time.sleep(60)  # still running when the run ends: the plugin stops it
+'''
+
+POINT_AT_FAKE = '''
+from autotune_cache.foundation import compile_helpers
+compile_helpers.HELPER_MODULE = "fake_helper"
+compile_helpers.GPU_NODES = (%(node)r,)
+'''
+
+SUITE = '''
+import time
+from autotune_cache.foundation import compile_helpers
+
+def test_settle():
+    start = time.monotonic()
+    assert compile_helpers.settle(%(spec)r)  # waits for the helper's marker
+    assert compile_helpers.settle('{"name": "k", "key": "not planned"}') is False
+    assert time.monotonic() - start < 30
+'''
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+          ) -> pytest.Pytester:
+    for name in ("AUTOTUNE_REGEN_HINT", "TEST_TOTAL_SHARDS", "TRITON_INTERPRET",
+                 "TRITON_CACHE_DIR", "PYTEST_XDIST_WORKER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(pytester.path)]))
+    monkeypatch.setenv("HELPER_RECORD", str(tmp_path / "record.jsonl"))
+    monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_compile_helpers=2")
+    node = tmp_path / "nvidiactl"
+    node.write_text("")
+    pytester.makepyfile(fake_helper=FAKE_HELPER % {"spec": SPEC},
+                        point_at_fake=POINT_AT_FAKE % {"node": str(node)},
+                        test_settle=SUITE % {"spec": SPEC})
+    pytester.makepyfile(fake_kernel=(HERE / "fake_kernel.py").read_text())
+    committed = pytester.path / "committed.textproto"
+    fake_kernel_file(committed)
+    return pytester
+
+
+def fake_kernel_file(path: Path) -> None:
+    from autotune_cache.formats import save_results
+
+    save_results(path, [fake_kernel.tune(fake_kernel.key("lib.softmax", 1024))])
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "-p", "point_at_fake", "-p", "autotune_cache.pytest_plugin", "-p", "no:cacheprovider",
+        f"--autotune-load={pytester.path / 'committed.textproto'}", *args)
+
+
+def records(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "record.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie (not yet reaped by pytester's process) is gone too.
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+def test_helpers_start_before_conftest_hold_no_pipe_and_stop_with_the_run(suite, tmp_path):
+    """One helper per --autotune_compile_helpers, each given the loaded file and our flags
+    dropped; standard input and output are /dev/null and standard error a log file in the
+    helpers' directory, so nothing waiting on pytest's pipes waits on them; the test's preload
+    waits for the planned specialization and not for another; at the end of the run no helper
+    is left running and the directory is gone."""
+    run(suite, "test_settle.py").assert_outcomes(passed=1)
+    started = records(tmp_path)
+    assert sorted(r["index"] for r in started) == [0, 1]
+    assert {r["of"] for r in started} == {2}
+    for r in started:
+        assert r["files"] == [str((suite.path / "committed.textproto").resolve())]
+        assert (r["stdin"], r["stdout"]) == ("/dev/null", "/dev/null")
+        assert r["stderr"].startswith(r["directory"]) and r["stderr"].endswith(".log")
+        assert r["flags"] is None
+        assert gone(r["pid"])
+        assert not Path(r["directory"]).exists()
+
+
+def test_a_conftest_changing_tritons_cache_restarts_them_and_other_settings_do_not(
+        suite, tmp_path):
+    """A conftest.py that sets TRITON_CACHE_DIR: the helpers started before it are stopped and
+    new ones compile into the conftest's directory. One that sets an unrelated variable keeps
+    the first helpers."""
+    cache = suite.path / "conftest_cache"
+    # Slow to import, as a conftest importing torch is: the first helpers start meanwhile.
+    suite.makeconftest(f"import os, time\ntime.sleep(2)\n"
+                       f"os.environ['TRITON_CACHE_DIR'] = {str(cache)!r}\n")
+    run(suite, "test_settle.py").assert_outcomes(passed=1)
+    started = records(tmp_path)
+    assert [r["cache"] for r in started if r["index"] == 0] == [None, str(cache)]
+    assert len({r["directory"] for r in started}) == 2  # before and after the conftest
+    (tmp_path / "record.jsonl").unlink()
+    suite.makeconftest("import os, time\ntime.sleep(2)\n"
+                       "os.environ['TOKENIZERS_PARALLELISM'] = 'false'\n")
+    run(suite, "test_settle.py").assert_outcomes(passed=1)
+    assert len({r["directory"] for r in records(tmp_path)}) == 1
+
+
+@pytest.mark.parametrize("setting", ["flag", "interpret", "no_gpu", "no_file"])
+def test_no_helpers_where_they_cannot_help(suite, tmp_path, monkeypatch, setting):
+    """None with --autotune_compile_helpers=0, under TRITON_INTERPRET (set by a conftest.py:
+    those started before it are stopped), without a GPU device node, or with no file loaded."""
+    suite.makepyfile(test_settle="def test_nothing():\n    pass\n")
+    args = ["test_settle.py"]
+    if setting == "flag":
+        monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_compile_helpers=0")
+    elif setting == "no_file":
+        monkeypatch.delenv("AUTOTUNE_FLAGS")
+    elif setting == "interpret":
+        suite.makeconftest("import os, time\ntime.sleep(2)\n"
+                           "os.environ['TRITON_INTERPRET'] = '1'\n")
+    elif setting == "no_gpu":
+        suite.makepyfile(point_at_fake=POINT_AT_FAKE % {"node": str(tmp_path / "absent")})
+    result = suite.runpytest_subprocess(
+        "-p", "point_at_fake", "-p", "autotune_cache.pytest_plugin", "-p", "no:cacheprovider",
+        *([] if setting == "no_file" else [
+            f"--autotune-load={suite.path / 'committed.textproto'}"]),
+        *(["--autotune-dump", str(suite.path / "out.textproto")] if setting == "no_file"
+          else []), *args)
+    result.assert_outcomes(passed=1)
+    started = records(tmp_path)
+    if setting == "interpret":
+        assert all(gone(r["pid"]) and not Path(r["directory"]).exists() for r in started)
+        assert len({r["directory"] for r in started}) == 1  # before the conftest, not after
+    else:
+        assert started == []
+
+
+def test_a_helper_that_plans_nothing_or_dies_is_not_waited_for(tmp_path, monkeypatch):
+    """`settle` returns at once for a specialization no plan lists, and when every helper has
+    exited without marking it; a run without helpers never waits."""
+    import subprocess
+    import sys
+
+    from autotune_cache.foundation import compile_helpers
+
+    assert compile_helpers.settle(SPEC) is False  # no helpers
+    directory = tmp_path / "h"
+    directory.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    helpers = compile_helpers._Helpers(directory, ("f",), {}, [dead])
+    monkeypatch.setattr(compile_helpers, "_current", helpers)
+    assert compile_helpers.settle(SPEC) is False  # exited, planned nothing
+    (directory / "plan-0").write_text(json.dumps([digest(SPEC)]))
+    helpers.planned = None
+    (directory / digest(SPEC)).write_text("-")  # left to the process
+    assert compile_helpers.settle(SPEC) is False
+    (directory / digest(SPEC)).write_text("")
+    assert compile_helpers.settle(SPEC) is True

@@ -1,0 +1,104 @@
+"""The compile helper process (autotune_cache/triton/compile_helper.py): its share of a loaded
+file's winners, and a real compile of them into Triton's compile cache that a later process's
+compile-ahead then only loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, digest
+from autotune_cache.foundation.key import Device
+from autotune_cache.triton.compile_helper import module_of, share, work
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = Device(name="NVIDIA H100", arch="sm_90", sm_count=132)
+
+
+def items(*kernels: str) -> list[tuple[str, Device, str]]:
+    return [(k, H100, f'{{"name": "{k}", "i": {i}}}') for i, k in enumerate(kernels)]
+
+
+def test_shares_deal_whole_modules_to_the_least_loaded_helper_in_file_order():
+    """Every specialization goes to exactly one helper, each module's all to the same one (a
+    helper imports only its own modules), the largest modules first, each to the helper with the
+    least work so far; within a share the file's order stays."""
+    work_list = items("lib.a.k1", "lib.b.k1", "lib.a.k2", "lib.c.k1", "lib.a.k3", "lib.b.k2")
+    shares = [share(work_list, i, 2) for i in range(2)]
+    assert [k for k, _, _ in shares[0]] == ["lib.a.k1", "lib.a.k2", "lib.a.k3"]
+    assert [k for k, _, _ in shares[1]] == ["lib.b.k1", "lib.c.k1", "lib.b.k2"]
+    assert share(work_list, 0, 1) == work_list
+    many = [share(work_list, i, 8) for i in range(8)]
+    assert sorted(x for s in many for x in s) == sorted(work_list)
+    assert sum(1 for s in many if s) == 3  # three modules: five helpers have nothing to do
+    assert module_of("pkg.mod.Class.kernel") == "pkg.mod.Class"
+
+
+def test_work_lists_each_recorded_specialization_once_and_skips_bad_files(tmp_path, caplog):
+    """The winners with specialization data, each specialization once across files, in file
+    order; a file that does not load is named in the helper's log and skipped (the test
+    process's own load reports it to the user)."""
+    from autotune_cache.formats import save_results
+    from autotune_cache.proto import autotune_results_pb2 as pb
+    from tests.pytest_plugin.fake_kernel import key
+
+    first, second, bad = tmp_path / "a.textproto", tmp_path / "b.textproto", tmp_path / "c.pb"
+    spec = json.dumps({"name": "k"})
+    save_results(first, [
+        pb.Entry(key=key("lib.k", 1).to_proto(), result=pb.Result(triton_specialization=spec)),
+        pb.Entry(key=key("lib.k", 2).to_proto(), result=pb.Result(triton_specialization="")),
+    ])
+    save_results(second, [
+        pb.Entry(key=key("lib.k", 3).to_proto(), result=pb.Result(triton_specialization=spec)),
+        pb.Entry(key=key("lib.j", 3).to_proto(),
+                 result=pb.Result(triton_specialization=spec + " ")),
+        pb.Entry(key=key("bare_kernel", 3).to_proto(),  # no module to import: left out
+                 result=pb.Result(triton_specialization=spec + "  ")),
+    ])
+    bad.write_bytes(b"\xff not a results file")
+    found = work([str(first), str(bad), str(second)])
+    assert [(k, s) for k, _, s in found] == [("lib.k", spec), ("lib.j", spec + " ")]
+    assert str(bad) in caplog.text
+
+
+def _run(phase: str, arg: Path, env: dict[str, str]) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.compile_ahead_worker", phase,
+                           str(arg), "qualified"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cubins(cache: Path) -> set[str]:
+    return {p.parent.name for p in cache.rglob("*.cubin")}
+
+
+def test_a_helper_compiles_the_winners_that_a_later_process_then_only_loads(tmp_path):
+    """Triton's real compiler for sm_90 without a GPU (the compile-only driver of
+    compile_ahead_worker): a helper compiles both loaded winners into TRITON_CACHE_DIR and builds
+    their launchers, marking each compiled; the test process after it compiles both ahead again
+    as usual, and Triton finds every binary in the compile cache (no new cubin)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    results = tmp_path / "r.textproto"
+    assert _run("tune", results, env) == {"specs": [True, True]}
+    tuned_cubins = _cubins(tmp_path / "tc")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "fresh")  # a CI sandbox: nothing compiled yet
+    job = tmp_path / "helpers"
+    job.mkdir()
+    (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
+                                            "sys_path": [str(ROOT)]}))
+    out = _run("helper", job, env)
+    specs = [spec for _, _, spec in work([str(results)])]
+    assert out["markers"] == {digest(s): "" for s in specs}
+    assert out["launchers"] == ["accumulate_kernel", "add_kernel"]
+    assert json.loads((job / f"{PLAN_PREFIX}0").read_text()) == [digest(s) for s in specs]
+    compiled = _cubins(tmp_path / "fresh")
+    assert compiled == tuned_cubins & compiled and len(compiled) == 2
+    loaded = _run("load", results, env)
+    assert loaded["compiles_ahead"] == 1 and loaded["compiles_after_hit"] == 0
+    assert _cubins(tmp_path / "fresh") == compiled  # every compile of the test process: a hit
