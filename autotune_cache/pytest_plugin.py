@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import pytest
 
-from autotune_cache.foundation import compile_helpers
 from autotune_cache.config.flags import (
     ENV_VAR,
     MACRO_ENV_VAR,
 )
+from autotune_cache.foundation import compile_helpers
 from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.import_hook import triton_installed, when_triton_imported
 from autotune_cache.foundation.urls import docs_url

@@ -54,10 +54,9 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from autotune_cache.foundation import compile_helpers
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.foundation import env
+from autotune_cache.foundation import compile_helpers, env
 from autotune_cache.foundation.key import CacheKey, Device
 from autotune_cache.triton import process, scheduler
 from autotune_cache.triton.compile import failure_reason
