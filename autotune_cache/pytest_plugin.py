@@ -110,8 +110,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def _start_compile_helpers(values: dict[str, object]) -> None:
-    """Start the compile helpers for the loaded files (foundation/compile_helpers.py: separate processes,
-    started before the conftest.py files import the libraries, and started again at
+    """Start the compile helpers for the loaded files (foundation/compile_helpers.py: separate
+    processes, started before the conftest.py files import the libraries, and started again at
     pytest_configure if a conftest.py changed what they compile); stop any when none apply.
     A bad flag starts none: pytest_configure reports it."""
     if not (any(v not in (None, False) for v in values.values())
