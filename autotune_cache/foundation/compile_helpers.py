@@ -23,8 +23,7 @@ What a helper is, so that the user's process stays as it was:
   pytest_configure (after them) every variable that can change what a helper compiles or where
   (RELEVANT_PREFIXES, RELEVANT_NAMES) is compared with what the helpers were given, and on any
   difference they are stopped and started again with the new environment. Other variables a
-  conftest sets (a tokenizer's, a seed's) keep them running: they change nothing a compile
-  reads.
+  conftest or an import sets (a seed's, torch's CUDA_MODULE_LOADING) keep them running.
 * started only where it can help: a GPU device node exists (/dev/nvidiactl, /dev/kfd),
   TRITON_INTERPRET is off, a results file is loaded, not in a pytest-xdist worker (the
   controller starts them for the run: the workers share its TRITON_CACHE_DIR), and
@@ -69,11 +68,14 @@ LOG_PREFIX = "helper-"
 # hang the run).
 SETTLE_TIMEOUT_S = 120.0
 _POLL_S = 0.005
-# The variables whose change (by a conftest.py) restarts the helpers: Triton's and the GPU
-# runtimes' settings, the import path, the toolchain's search paths and the cache locations.
-RELEVANT_PREFIXES = ("TRITON_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_", "PYTHON", "LD_",
-                     "AUTOTUNE_", "RULES_AUTOTUNE_", "TEST_")
-RELEVANT_NAMES = frozenset({"PATH", "HOME", "XDG_CACHE_HOME", "TMPDIR"})
+# The variables whose change (by a conftest.py) restarts the helpers: Triton's own settings
+# (where its cache is, whether it interprets, what its compiles' hash covers), which GPUs are
+# visible, and where the compile cache defaults to (~/.triton, sandbox.py's $TEST_TMPDIR).
+# Not more: libraries change others as they import (torch sets CUDA_MODULE_LOADING, a test
+# utility PYTHONHASHSEED), and a restart throws away the helpers' head start.
+RELEVANT_PREFIXES = ("TRITON_",)
+RELEVANT_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                            "ROCR_VISIBLE_DEVICES", "HOME", "TEST_TMPDIR"})
 GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
 HELPER_DROPS = frozenset({env.AUTOTUNE_FLAGS, env.RULES_AUTOTUNE_MACRO_FLAGS})
 
@@ -141,6 +143,11 @@ def start(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
         if _current is not None and _current.files == paths and _current.environ == now \
                 and len(_current.procs) == count:
             return True
+        if _current is not None:
+            changed = sorted(k for k in {*now, *_current.environ}
+                             if now.get(k) != _current.environ.get(k))
+            log.debug("autotune_cache: compile helpers restart (changed: %s)",
+                      ", ".join(changed) or "their files or count")
         _stop_locked()
         if not wanted(paths, count):
             return False
@@ -191,11 +198,11 @@ def _stop_locked() -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    for i, proc in enumerate(helpers.procs):
-        if proc.returncode not in (0, -15):
+    if log.isEnabledFor(logging.DEBUG):
+        for i, proc in enumerate(helpers.procs):
             with contextlib.suppress(OSError):
                 tail = (helpers.directory / f"{LOG_PREFIX}{i}.log").read_text(errors="replace")
-                log.debug("autotune_cache: compile helper %d exited %s: %s", i,
+                log.debug("autotune_cache: compile helper %d exited %s:\n%s", i,
                           proc.returncode, tail[-2000:])
     shutil.rmtree(helpers.directory, ignore_errors=True)
 
