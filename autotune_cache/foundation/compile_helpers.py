@@ -227,6 +227,23 @@ def settle(specialization: str) -> bool:
         time.sleep(_POLL_S)
 
 
+def planned(specialization: str) -> bool:
+    """Whether a running helper has `specialization` in its plan (waiting, while they run, for
+    every helper's plan: written before any compile). Never raises."""
+    helpers = _current
+    if helpers is None:
+        return False
+    name = digest(specialization)
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        plans = helpers.plans()
+        if plans is not None:
+            return name in plans
+        if not helpers.running() or time.monotonic() > deadline or _current is not helpers:
+            return False
+        time.sleep(_POLL_S)
+
+
 def _compiled(marker: Path) -> bool:
     """A marker is empty when its helper compiled the specialization, "-" when it left it."""
     try:

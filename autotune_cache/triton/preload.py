@@ -318,7 +318,7 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
         if found is None:
             if len(new) >= limit:
                 continue
-            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only), priority,
+            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only, speculative), priority,
                                label=spec)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
@@ -438,10 +438,18 @@ def _start_driver() -> None:
         log.debug("autotune_cache: starting Triton's driver failed: %s", failure_reason(e))
 
 
-def _compiling(jit_fn: Any, specialization: str, compile_cache_only: bool
-               ) -> Callable[[], bool]:
-    """The job's work: `_preload` of this specialization into `jit_fn`."""
-    return lambda: _preload(jit_fn, specialization, compile_cache_only)
+def _compiling(jit_fn: Any, specialization: str, compile_cache_only: bool,
+               speculative: bool = False) -> Callable[[], bool]:
+    """The job's work: `_preload` of this specialization into `jit_fn`. A speculative one (no
+    launch awaits it) that a compile helper planned is left to the helper altogether: it only
+    fills the compile cache, which the helper does, and waiting for it would hold a pool thread
+    that a tuning's candidates may need."""
+    def work() -> bool:
+        if speculative and compile_helpers.planned(specialization):
+            return False
+        return _preload(jit_fn, specialization, compile_cache_only)
+
+    return work
 
 
 # The JIT key a compile-cache-only preload is filed under in the JIT function's in-memory cache

@@ -180,7 +180,8 @@ def test_no_helpers_where_they_cannot_help(suite, tmp_path, monkeypatch, setting
 
 def test_a_helper_that_plans_nothing_or_dies_is_not_waited_for(tmp_path, monkeypatch):
     """`settle` returns at once for a specialization no plan lists, and when every helper has
-    exited without marking it; a run without helpers never waits."""
+    exited without marking it; a run without helpers never waits. `planned` answers from the
+    plans (a speculative preload a helper planned is left to it)."""
     import subprocess
     import sys
 
@@ -194,8 +195,11 @@ def test_a_helper_that_plans_nothing_or_dies_is_not_waited_for(tmp_path, monkeyp
     helpers = compile_helpers._Helpers(directory, ("f",), {}, [dead])
     monkeypatch.setattr(compile_helpers, "_current", helpers)
     assert compile_helpers.settle(SPEC) is False  # exited, planned nothing
+    assert compile_helpers.planned(SPEC) is False
     (directory / "plan-0").write_text(json.dumps([digest(SPEC)]))
     helpers.planned = None
+    assert compile_helpers.planned(SPEC) is True
+    assert compile_helpers.planned(SPEC + " ") is False
     (directory / digest(SPEC)).write_text("-")  # left to the process
     assert compile_helpers.settle(SPEC) is False
     (directory / digest(SPEC)).write_text("")

@@ -102,3 +102,20 @@ def test_a_helper_compiles_the_winners_that_a_later_process_then_only_loads(tmp_
     loaded = _run("load", results, env)
     assert loaded["compiles_ahead"] == 1 and loaded["compiles_after_hit"] == 0
     assert _cubins(tmp_path / "fresh") == compiled  # every compile of the test process: a hit
+
+
+def test_a_speculative_preload_a_helper_planned_is_left_to_the_helper(monkeypatch):
+    """A speculative preload (compile cache only, no launch awaits it) that a helper planned is
+    not compiled in the process at all, nor waited for; one no helper planned, and any preload a
+    launch may await, still runs (the latter after `settle`)."""
+    from autotune_cache.foundation import compile_helpers
+    from autotune_cache.triton import preload
+
+    calls: list[str] = []
+    monkeypatch.setattr(preload, "_preload",
+                        lambda fn, spec, cache_only: calls.append(spec) or True)
+    monkeypatch.setattr(compile_helpers, "planned", lambda spec: spec == "planned")
+    assert preload._compiling(None, "planned", True, speculative=True)() is False
+    assert preload._compiling(None, "other", True, speculative=True)() is True
+    assert preload._compiling(None, "planned", True)() is True
+    assert calls == ["other", "planned"]
