@@ -9,8 +9,9 @@ as the process's compile-ahead would (preload.py), then touch DIR/<digest> (empt
 "-": left to the process).
 
 The share: every helper lists the same specializations (each loaded entry's winner that records
-Triton's specialization data, once each, in file order) and takes its own run of that list
-(`share`). A helper compiles
+Triton's specialization data, once each, in file order; then, for the entries recorded under
+another toolchain than this machine's, every candidate: `work`) and takes its own run of that
+list (`share`). A helper compiles
 only for the GPU it finds (the entry's device name and architecture); the rest it marks "-".
 Nothing here is reported to the user: a failure is written to the helper's log
 (DIR/helper-INDEX.log, read by the process at debug level) and the process compiles as usual.
@@ -35,26 +36,76 @@ log = logging.getLogger(__name__)
 Work = tuple[str, Device, str]  # (kernel name, device, specialization data)
 
 
-def work(files: list[str]) -> list[Work]:
+def candidate_spec(winner: str, config: Any, defaults: dict[str, Any]) -> str | None:
+    """The specialization data a candidate `config` (a results-file Config) compiles with,
+    derived from the winner's (`winner`): its meta-parameters replace the winner's constexpr
+    values, by argument position, and its num_warps / num_stages / num_ctas / maxnreg (Triton's
+    `defaults` where unset) the winner's options. None when a meta-parameter is no constexpr
+    argument of the kernel. What it cannot see (a @triton.heuristics value computed from a
+    meta-parameter) makes a compile no launch uses: wasted helper time, never a wrong binary,
+    since Triton files each binary under the hash of what it compiled."""
+    try:
+        data = json.loads(winner)
+        names = list(data["signature"])
+        keys = [tuple(k) for k in data["constant_keys"]]
+        values = list(data["constant_vals"])
+        for param in config.params:
+            position = (names.index(param.name),) if param.name in names else None
+            if position is None or position not in keys:
+                return None
+            values[keys.index(position)] = getattr(param, param.WhichOneof("value"))
+        data["constant_vals"] = values
+        for option in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+            data["options"][option] = (getattr(config, option) if config.HasField(option)
+                                       else defaults.get(option))
+        return json.dumps(data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _triton_config_defaults() -> dict[str, Any]:
+    import triton
+
+    config = triton.Config({})
+    return {o: getattr(config, o, None) for o in ("num_warps", "num_stages", "num_ctas",
+                                                  "maxnreg")}
+
+
+def work(files: list[str], stale_toolchain: Any = None) -> list[Work]:
     """Every loaded winner with specialization data, once per specialization, in file order,
     of the kernels named `module.qualname` (routed kernels, plain kernels' warm-ups): a helper
     can import those. A kernel named by its function's name alone (the default of
-    `autotune_cache.triton.autotune`) is left to the test process's own compile-ahead."""
+    `autotune_cache.triton.autotune`) is left to the test process's own compile-ahead.
+
+    After them, with `stale_toolchain` (this machine's toolchain, as keys record it), every
+    candidate of each entry recorded under another toolchain (a Triton or CUDA upgrade): those
+    keys miss and are tuned again, and their tunings then find the candidates compiled."""
     from autotune_cache.store.results_index import load_file
 
     seen: set[str] = set()
     found: list[Work] = []
+    candidates: list[Work] = []
+    defaults = _triton_config_defaults() if stale_toolchain is not None else {}
     for path in files:
         try:
             loaded = load_file(path)
             for key, entry in loaded.items():
                 spec = entry.result.triton_specialization
-                if spec and spec not in seen and "." in key.kernel:
+                if not spec or "." not in key.kernel:
+                    continue
+                if spec not in seen:
                     seen.add(spec)
                     found.append((key.kernel, key.device, spec))
+                if stale_toolchain is None or key.toolchain == stale_toolchain:
+                    continue
+                for timing in entry.result.candidates:
+                    derived = candidate_spec(spec, timing.config, defaults)
+                    if derived is not None and derived not in seen:
+                        seen.add(derived)
+                        candidates.append((key.kernel, key.device, derived))
         except Exception as e:  # noqa: BLE001 - the process's own load reports a bad file
             log.warning("compile helper: %s: %s", path, e)
-    return found
+    return found + candidates
 
 
 def share(items: list[Work], index: int, count: int) -> list[Work]:
@@ -107,6 +158,18 @@ def compile_all(directory: Path, mine: list[Work]) -> Iterator[tuple[str, bool]]
         yield digest(spec), compiled
 
 
+def _toolchain_now() -> Any:
+    """This machine's toolchain as keys record it, or None without a GPU (then no candidate
+    is listed: nothing here compiles)."""
+    from autotune_cache.triton.device import current_device, toolchain
+
+    try:
+        return tuple(sorted(toolchain(current_device()).items()))
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver: compile_all says so
+        log.info("compile helper: no toolchain: %s", e)
+        return None
+
+
 def _touch(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -118,7 +181,7 @@ def main(argv: list[str]) -> int:
     directory, index = Path(argv[0]), int(argv[1])
     job = json.loads((directory / JOB_FILE).read_text())
     sys.path[:] = [*job["sys_path"], *(p for p in sys.path if p not in job["sys_path"])]
-    mine = share(work(job["files"]), index, int(job["of"]))
+    mine = share(work(job["files"], _toolchain_now()), index, int(job["of"]))
     _touch(directory / f"{PLAN_PREFIX}{index}", json.dumps([digest(s) for _, _, s in mine]))
     log.info("compile helper %d: %d specializations", index, len(mine))
     done = set()

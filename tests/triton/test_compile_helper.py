@@ -119,3 +119,66 @@ def test_a_speculative_preload_a_helper_planned_is_left_to_the_helper(monkeypatc
     assert preload._compiling(None, "other", True, speculative=True)() is True
     assert preload._compiling(None, "planned", True)() is True
     assert calls == ["other", "planned"]
+
+
+WINNER = json.dumps({
+    "name": "k", "signature": {"x": "*fp32", "n": "i32", "BLOCK": "constexpr",
+                               "EVEN": "constexpr"},
+    "constant_keys": [[2], [3]], "constant_vals": [64, True], "attrs_keys": [[0]],
+    "attrs_vals": [[["tt.divisibility", 16]]],
+    "options": {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None,
+                "arch": "sm90"}, "key": "k"})
+
+
+def test_a_candidates_specialization_is_the_winners_with_its_meta_parameters_and_options():
+    """A candidate's constexpr values replace the winner's by argument position, its launch
+    options the winner's (Triton's defaults where the file left one unset); a meta-parameter
+    that is no constexpr argument gives none."""
+    from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.triton.compile_helper import candidate_spec
+
+    defaults = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    config = pb.Config(params=[pb.Param(name="BLOCK", int_value=128)], num_warps=8)
+    derived = json.loads(candidate_spec(WINNER, config, defaults))
+    assert derived["constant_vals"] == [128, True]
+    assert {k: derived["options"][k] for k in defaults} == {
+        "num_warps": 8, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    assert derived["options"]["arch"] == "sm90" and derived["signature"] == json.loads(
+        WINNER)["signature"]
+    for name in ("n", "GROUP"):  # a runtime argument, no argument at all
+        other = pb.Config(params=[pb.Param(name=name, int_value=2)])
+        assert candidate_spec(WINNER, other, defaults) is None
+    assert candidate_spec("not json", config, defaults) is None
+
+
+def test_after_an_upgrade_a_helper_compiles_the_candidates_a_tuning_then_only_loads(tmp_path):
+    """The file's entries recorded under another Triton (an upgrade): the helper compiles each
+    entry's winner and then every candidate, derived from the winner's specialization; a fresh
+    tuning of both kernels (as the upgraded run does, through Triton's own compile path) then
+    finds every candidate's binary in the compile cache."""
+    from autotune_cache.formats import load_results, save_results
+    from autotune_cache.proto import autotune_results_pb2 as pb
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    results = tmp_path / "r.textproto"
+    _run("tune", results, env)
+    aged = []
+    for entry in load_results(results):
+        del entry.key.toolchain[:]
+        entry.key.toolchain.append(pb.Version(name="triton", version="0.0.1"))
+        aged.append(entry)
+    save_results(results, aged)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "fresh")
+    job = tmp_path / "helpers"
+    job.mkdir()
+    (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
+                                            "sys_path": [str(ROOT)]}))
+    out = _run("helper", job, env)
+    assert len(out["markers"]) == 4  # 2 winners, then the 2 kernels' other candidate each
+    assert set(out["markers"].values()) == {""}
+    compiled = _cubins(tmp_path / "fresh")
+    assert len(compiled) == 4
+    _run("tune", tmp_path / "again.textproto", env)
+    assert _cubins(tmp_path / "fresh") == compiled
