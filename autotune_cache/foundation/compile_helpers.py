@@ -29,7 +29,9 @@ What a helper is, so that the user's process stays as it was:
   controller starts them for the run: the workers share its TRITON_CACHE_DIR), and
   --autotune_compile_helpers is not 0.
 * stopped (SIGTERM, then SIGKILL) at pytest_unconfigure if still running, and its directory
-  removed.
+  removed; a helper whose test process died (SIGKILL, no unconfigure) sees its parent change
+  after its current compile, removes the directory and exits.
+* at most MAX_WORK compiles among them, each at a lower CPU priority (compile_helper.py).
 
 How the process uses them: the compile-ahead (preload.py) asks `settle` before each preload.
 When a helper has the specialization in its plan (every helper writes its share's list before
@@ -95,7 +97,7 @@ def relevant(environ: Mapping[str, str]) -> dict[str, str]:
 class _Helpers:
     directory: Path
     files: tuple[str, ...]
-    environ: dict[str, str]
+    variables: dict[str, str]
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     planned: set[str] | None = None  # every plan's digests, once all are read
 
@@ -140,12 +142,12 @@ def start(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
     paths = tuple(str(Path(p).resolve()) for p in files)
     with _lock:
         now = relevant(env.environ())
-        if _current is not None and _current.files == paths and _current.environ == now \
+        if _current is not None and _current.files == paths and _current.variables == now \
                 and len(_current.procs) == count:
             return True
         if _current is not None:
-            changed = sorted(k for k in {*now, *_current.environ}
-                             if now.get(k) != _current.environ.get(k))
+            changed = sorted(k for k in {*now, *_current.variables}
+                             if now.get(k) != _current.variables.get(k))
             log.debug("autotune_cache: compile helpers restart (changed: %s)",
                       ", ".join(changed) or "their files or count")
         _stop_locked()
@@ -154,7 +156,8 @@ def start(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
         try:
             directory = Path(tempfile.mkdtemp(prefix="autotune-compile-helpers-"))
             (directory / JOB_FILE).write_text(json.dumps(
-                {"files": list(paths), "of": count, "sys_path": list(sys.path)}))
+                {"files": list(paths), "of": count, "sys_path": list(sys.path),
+                 "parent": os.getpid()}))
             helpers = _Helpers(directory, paths, now)
             _current = helpers
             for i in range(count):

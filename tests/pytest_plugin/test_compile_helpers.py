@@ -204,3 +204,30 @@ def test_a_helper_that_plans_nothing_or_dies_is_not_waited_for(tmp_path, monkeyp
     assert compile_helpers.settle(SPEC) is False
     (directory / digest(SPEC)).write_text("")
     assert compile_helpers.settle(SPEC) is True
+
+
+def test_a_helper_whose_test_process_was_killed_exits_and_cleans_up(tmp_path):
+    """A test process killed with SIGKILL never stops its helpers: the real helper notices its
+    parent changed after its current compile, removes its directory and exits (here with no
+    GPU, where every compile is left at once)."""
+    import subprocess
+    import sys
+
+    from autotune_cache.formats import save_results
+    from autotune_cache.proto import autotune_results_pb2 as pb
+
+    results = tmp_path / "r.textproto"
+    save_results(results, [pb.Entry(key=fake_kernel.key("lib.k", n).to_proto(), result=pb.Result(
+        triton_specialization=json.dumps({"name": "k", "n": n}))) for n in (1, 2)])
+    directory = tmp_path / "h"
+    directory.mkdir()
+    (directory / "job.json").write_text(json.dumps(
+        {"files": [str(results)], "of": 1, "sys_path": [str(ROOT)], "parent": -1}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "autotune_cache.triton.compile_helper",
+                           str(directory), "0"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the test process exited" in proc.stderr
+    assert not directory.exists()

@@ -91,7 +91,8 @@ def test_a_helper_compiles_the_winners_that_a_later_process_then_only_loads(tmp_
     job = tmp_path / "helpers"
     job.mkdir()
     (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
-                                            "sys_path": [str(ROOT)]}))
+                                            "sys_path": [str(ROOT)],
+                                            "parent": os.getpid()}))
     out = _run("helper", job, env)
     specs = [spec for _, _, spec in work([str(results)])]
     assert out["markers"] == {digest(s): "" for s in specs}
@@ -174,7 +175,8 @@ def test_after_an_upgrade_a_helper_compiles_the_candidates_a_tuning_then_only_lo
     job = tmp_path / "helpers"
     job.mkdir()
     (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
-                                            "sys_path": [str(ROOT)]}))
+                                            "sys_path": [str(ROOT)],
+                                            "parent": os.getpid()}))
     out = _run("helper", job, env)
     assert len(out["markers"]) == 4  # 2 winners, then the 2 kernels' other candidate each
     assert set(out["markers"].values()) == {""}

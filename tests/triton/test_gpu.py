@@ -191,7 +191,8 @@ def test_a_compile_helper_fills_the_compile_cache_a_loaded_run_then_only_reads(
     job = tmp_path / "helpers"
     job.mkdir()
     (job / JOB_FILE).write_text(json.dumps({"files": [str(dump)], "of": 1,
-                                            "sys_path": [str(tmp_path), str(ROOT)]}))
+                                            "sys_path": [str(tmp_path), str(ROOT)],
+                                            "parent": os.getpid()}))
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "AUTOTUNE_FLAGS")}
     env.update(TRITON_CACHE_DIR=str(cache))
     helper = subprocess.run([sys.executable, "-m", "autotune_cache.triton.compile_helper",
