@@ -34,7 +34,7 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    compile_helpers: int = field(default_factory=lambda: min(8, (os.cpu_count() or 1) // 2))
+    compile_helpers: int = 0
     all_kernels: bool = False
     deferred_tuning: bool = True
 
@@ -239,12 +239,12 @@ FLAGS: tuple[_Flag, ...] = (
           "threads compiling candidate configs in parallel (default: CPU count)"),
     _Flag("autotune_compile_helpers", "compile_helpers",
           "N  helper processes compiling the loaded winners at a pytest run's start "
-          "(default: half the CPUs, at most 8; 0: none)",
+          "(default 0: none)",
           lambda f, v, env: _parse_int(f, v),
-          "--autotune_compile_helpers=0",
-          "under pytest on a GPU machine, separate processes fill Triton's compile cache with "
+          "--autotune_compile_helpers=8",
+          "under pytest on a GPU machine, N separate processes fill Triton's compile cache with "
           "the loaded files' winners while conftest.py files import, so that the first "
-          "launches find them compiled; 0 starts none "
+          "launches find them compiled; off (0) until measured on a GPU "
           "([pytest.md](pytest.md#compile-helpers))"),
     _Flag("autotune_deferred_tuning", "deferred_tuning",
           "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",

@@ -27,7 +27,8 @@ What a helper is, so that the user's process stays as it was:
 * started only where it can help: a GPU device node exists (/dev/nvidiactl, /dev/kfd),
   TRITON_INTERPRET is off, a results file is loaded, not in a pytest-xdist worker (the
   controller starts them for the run: the workers share its TRITON_CACHE_DIR), and
-  --autotune_compile_helpers is not 0.
+  --autotune_compile_helpers is above 0 (it is 0 by default until a GPU run measures the
+  design as it stands: docs/decisions/0033-compile-helpers-at-start.md).
 * stopped (SIGTERM, then SIGKILL) at pytest_unconfigure if still running, and its directory
   removed; a helper whose test process died (SIGKILL, no unconfigure) sees its parent change
   after its current compile, removes the directory and exits.

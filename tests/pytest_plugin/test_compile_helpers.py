@@ -148,16 +148,17 @@ def test_a_conftest_changing_tritons_cache_restarts_them_and_other_settings_do_n
     assert len({r["directory"] for r in records(tmp_path)}) == 1
 
 
-@pytest.mark.parametrize("setting", ["flag", "interpret", "no_gpu", "no_file"])
+@pytest.mark.parametrize("setting", ["default", "flag", "interpret", "no_gpu", "no_file"])
 def test_no_helpers_where_they_cannot_help(suite, tmp_path, monkeypatch, setting):
-    """None with --autotune_compile_helpers=0, under TRITON_INTERPRET (set by a conftest.py:
-    those started before it are stopped), without a GPU device node, or with no file loaded."""
+    """None by default, with --autotune_compile_helpers=0, under TRITON_INTERPRET (set by a
+    conftest.py: those started before it are stopped), without a GPU device node, or with no
+    file loaded."""
     suite.makepyfile(test_settle="def test_nothing():\n    pass\n")
     args = ["test_settle.py"]
-    if setting == "flag":
-        monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_compile_helpers=0")
-    elif setting == "no_file":
+    if setting == "default":
         monkeypatch.delenv("AUTOTUNE_FLAGS")
+    elif setting == "flag":
+        monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_compile_helpers=0")
     elif setting == "interpret":
         suite.makeconftest("import os, time\ntime.sleep(2)\n"
                            "os.environ['TRITON_INTERPRET'] = '1'\n")
