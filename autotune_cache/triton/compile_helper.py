@@ -40,6 +40,9 @@ Work = tuple[str, Device, str]  # (kernel name, device, specialization data)
 # may hold far more kernels than one test run launches, and what a run does not launch is
 # wasted machine time.
 MAX_WORK = 1024
+# Entries read to list the work, every helper alike: protobuf parses a few thousand entries a
+# second here, and the test process's compile-ahead waits for the plans (written after this).
+MAX_SCAN = 1024
 NICENESS = 10
 
 
@@ -93,10 +96,15 @@ def work(files: list[str], stale_toolchain: Any = None) -> list[Work]:
     found: list[Work] = []
     candidates: list[Work] = []
     defaults = _triton_config_defaults() if stale_toolchain is not None else {}
+    scanned = 0
     for path in files:
         try:
             loaded = load_file(path)
             for key, entry in loaded.items():
+                scanned += 1
+                if scanned > MAX_SCAN:
+                    log.info("compile helper: only the first %d entries are listed", MAX_SCAN)
+                    return found + candidates
                 spec = entry.result.triton_specialization
                 if not spec or "." not in key.kernel:
                     continue

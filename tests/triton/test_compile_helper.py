@@ -184,3 +184,18 @@ def test_after_an_upgrade_a_helper_compiles_the_candidates_a_tuning_then_only_lo
     assert len(compiled) == 4
     _run("tune", tmp_path / "again.textproto", env)
     assert _cubins(tmp_path / "fresh") == compiled
+
+
+def test_work_reads_at_most_max_scan_entries(tmp_path, monkeypatch):
+    """Every helper reads the same first MAX_SCAN entries (a monorepo's file may hold far
+    more than a run needs; the plans wait for this read)."""
+    from autotune_cache.formats import save_results
+    from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.triton import compile_helper
+    from tests.pytest_plugin.fake_kernel import key
+
+    path = tmp_path / "big.textproto"
+    save_results(path, [pb.Entry(key=key("lib.k", n).to_proto(), result=pb.Result(
+        triton_specialization=json.dumps({"name": "k", "n": n}))) for n in range(10)])
+    monkeypatch.setattr(compile_helper, "MAX_SCAN", 4)
+    assert len(work([str(path)])) == 4
