@@ -24,6 +24,8 @@ docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune_cache.config.flags import (
@@ -106,24 +108,35 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
     if option or early_config.getini("autotune_all_kernels"):
         _route_all_kernels()
-    _start_compile_helpers(option_values(early_config, early=True))
+    _start_compile_helpers(early_config, option_values(early_config, early=True),
+                           early_config.known_args_namespace)
 
 
-def _start_compile_helpers(values: dict[str, object]) -> None:
+# pytest options under which a run launches no kernel (their dests).
+_LAUNCHES_NOTHING = ("help", "version", "collectonly", "markers", "showfixtures",
+                     "show_fixtures_per_test", "setupplan")
+
+
+def _start_compile_helpers(config: pytest.Config, values: dict[str, object],
+                           options: object) -> None:
     """Start the compile helpers for the loaded files (foundation/compile_helpers.py: separate
     processes, started before the conftest.py files import the libraries, and started again at
     pytest_configure if a conftest.py changed what they compile); stop any when none apply.
     A bad flag starts none: pytest_configure reports it."""
-    if not (any(v not in (None, False) for v in values.values())
-            or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))):
-        compile_helpers.stop()
-        return
-    try:
-        settings, _ = resolve_settings(values)
-    except pytest.UsageError:
-        compile_helpers.stop()
-        return
-    compile_helpers.start(settings.load_from, settings.compile_helpers)
+    files: tuple[Path, ...] = ()
+    count = 0
+    if any(v not in (None, False) for v in values.values()) \
+            or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR)):
+        try:
+            settings, _ = resolve_settings(values)
+        except pytest.UsageError:
+            settings = None
+        launches = not any(getattr(options, dest, False) for dest in _LAUNCHES_NOTHING)
+        # With the remote compile cache the process reads binaries from the server, not from
+        # the local cache the helpers fill.
+        if settings is not None and launches and not settings.remote_compile_cache:
+            files, count = settings.load_from, settings.compile_helpers
+    compile_helpers.start(files, count, owner=config)
 
 
 def _route_all_kernels() -> None:
@@ -142,10 +155,10 @@ def _install_routing() -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
-        compile_helpers.stop()
+        compile_helpers.stop(owner=config)
         return
+    _start_compile_helpers(config, option_values(config), config.option)
     settings, combined = resolve_settings(option_values(config))
-    compile_helpers.start(settings.load_from, settings.compile_helpers)
     if settings.all_kernels:
         # Before the test modules import the libraries whose kernels it routes. The watch on
         # Triton's own tuners (strict mode) comes with the configured cache (startup.engage).
@@ -159,5 +172,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The compile helpers still running are stopped (their directory removed)."""
-    compile_helpers.stop()
+    """The compile helpers this run started and still running are stopped (their directory
+    removed)."""
+    compile_helpers.stop(owner=config)

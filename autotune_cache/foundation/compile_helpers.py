@@ -29,21 +29,32 @@ What a helper is, so that the user's process stays as it was:
   controller starts them for the run: the workers share its TRITON_CACHE_DIR), and
   --autotune_compile_helpers is above 0 (it is 0 by default until a GPU run measures the
   design as it stands: docs/decisions/0033-compile-helpers-at-start.md).
-* stopped (SIGTERM, then SIGKILL) at pytest_unconfigure if still running, and its directory
-  removed; a helper whose test process died (SIGKILL, no unconfigure) sees its parent change
-  after its current compile, removes the directory and exits.
+* a child that never exits on its own: once its work is done it replaces itself (exec, same
+  pid) with a minimal interpreter that waits for the test process to end, so no helper turns
+  into a zombie that the user's own `os.wait()` or SIGCHLD handler would collect.
+* stopped (SIGTERM, then SIGKILL) at pytest_unconfigure, or at interpreter exit when the run
+  failed before it configured, and its directory removed; a helper whose test process died
+  (SIGKILL) notices within a compile or a second, removes the directory and exits. A stopped
+  helper leaves no compiler files behind (SIGTERM unwinds it).
 * at most MAX_WORK compiles among them, each at a lower CPU priority (compile_helper.py).
+* owned by the pytest run that started it: a nested in-process run (pytester's inline runs)
+  neither stops nor replaces it.
 
 How the process uses them: the compile-ahead (preload.py) asks `settle` before each preload.
-When a helper has the specialization in its plan (every helper writes its share's list before
-compiling anything), `settle` waits for its marker, so the preload that follows loads the
-binary from the compile cache instead of compiling it a second time; a specialization no helper
-planned, a helper that died, or SETTLE_TIMEOUT_S passing, and the process compiles it itself,
-as it always did. A helper's failure therefore costs nothing but its CPU time.
+Every helper writes its plan (its share of the winners) before it imports anything heavy. For a
+specialization in a plan, `settle` claims it (a link created only if none exists, the way the
+helper claims what it starts): if the helper has not started it, the process keeps the claim
+and compiles it itself, as it always did, and the helper skips it; if the helper has, the
+process waits for its marker, so the preload that follows loads the binary from the compile
+cache. The process never waits for a compile that no helper is running: not for one no helper
+planned, not for one a dead helper planned, not once the helpers' environment is no longer the
+process's, and not at all after SETTLE_TIMEOUT_S without the awaited marker (then it stops
+asking). A helper's failure therefore costs nothing but its CPU time.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -67,8 +78,10 @@ HELPER_MODULE = "autotune_cache.triton.compile_helper"
 JOB_FILE = "job.json"
 PLAN_PREFIX = "plan-"
 LOG_PREFIX = "helper-"
-# Longest a preload waits for a helper's marker (a compile is seconds; a hung helper must not
-# hang the run).
+CLAIM_SUFFIX = ".claim"
+PROCESS_CLAIM = "process"
+# Longest the process waits for one helper's compile before it stops asking helpers at all (a
+# compile is seconds; a hung helper must not hang the run).
 SETTLE_TIMEOUT_S = 120.0
 _POLL_S = 0.005
 # The variables whose change (by a conftest.py) restarts the helpers: Triton's own settings
@@ -94,38 +107,62 @@ def relevant(environ: Mapping[str, str]) -> dict[str, str]:
             if k in RELEVANT_NAMES or k.startswith(RELEVANT_PREFIXES)}
 
 
+def claim(directory: Path, name: str, who: str) -> bool:
+    """Claim the compile of marker `name` for `who` (a helper's index, or PROCESS_CLAIM):
+    whether this call made the claim. The claim file appears whole or not at all (a link to a
+    file already written), and only once."""
+    tmp = directory / f"{name}{CLAIM_SUFFIX}.{who}.{os.getpid()}"
+    tmp.write_text(who)
+    try:
+        os.link(tmp, directory / f"{name}{CLAIM_SUFFIX}")
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @dataclass
 class _Helpers:
     directory: Path
     files: tuple[str, ...]
     variables: dict[str, str]
+    owner: object
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    planned: set[str] | None = None  # every plan's digests, once all are read
+    planners: dict[str, int] | None = None  # {digest: helper index}, once every plan is read
+    given_up: bool = False
 
-    def running(self) -> bool:
-        return any(p.poll() is None for p in self.procs)
+    def alive(self, index: int) -> bool:
+        return self.procs[index].poll() is None
 
-    def plans(self) -> set[str] | None:
-        """Every helper's planned digests, or None while a live helper has not written its
+    def plans(self) -> dict[str, int] | None:
+        """Which helper planned each digest, or None while a live helper has not written its
         plan yet (a helper that exited without one planned nothing)."""
-        if self.planned is not None:
-            return self.planned
-        found: set[str] = set()
-        for i, proc in enumerate(self.procs):
+        if self.planners is not None:
+            return self.planners
+        found: dict[str, int] = {}
+        for i in range(len(self.procs)):
             path = self.directory / f"{PLAN_PREFIX}{i}"
             try:
-                found.update(json.loads(path.read_text()))
+                found.update((name, i) for name in json.loads(path.read_text()))
             except FileNotFoundError:
-                if proc.poll() is None:
+                if self.alive(i):
                     return None
             except (OSError, ValueError, TypeError) as e:
                 log.debug("autotune_cache: compile helper plan %s: %s", path, e)
-        self.planned = found
+        self.planners = found
         return found
+
+    def usable(self) -> bool:
+        """Whether the process may still wait for these helpers: not given up, and the
+        process's environment still the one they compile for (a fixture may change
+        TRITON_CACHE_DIR after they started)."""
+        return not self.given_up and relevant(env.environ()) == self.variables
 
 
 _lock = threading.Lock()
 _current: _Helpers | None = None
+_atexit_registered = False
 
 
 def wanted(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
@@ -134,46 +171,60 @@ def wanted(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
             and env.xdist_worker() is None and any(os.path.exists(p) for p in GPU_NODES))
 
 
-def start(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
-    """Start `count` helpers compiling the winners of `files` (already running for the same
-    files and environment: kept; otherwise those running are stopped first). Whether helpers
-    are running afterwards. Never raises: a helper that cannot start is logged at debug level,
-    and the run compiles as it would without."""
-    global _current
-    paths = tuple(str(Path(p).resolve()) for p in files)
+def start(files: Sequence[str | os.PathLike[str]], count: int, owner: object = None) -> bool:
+    """Start `count` helpers compiling the winners of `files` for the run `owner` (already
+    running for the same files and environment: kept; otherwise those `owner` started are
+    stopped first; another run's are left alone and none start). Whether helpers are running
+    afterwards. Never raises: a helper that cannot start is logged at debug level, and the run
+    compiles as it would without."""
     with _lock:
-        now = relevant(env.environ())
-        if _current is not None and _current.files == paths and _current.variables == now \
+        try:
+            return _start_locked(files, count, owner)
+        except Exception as e:  # noqa: BLE001 - helpers are an optimisation, never an error
+            log.debug("autotune_cache: no compile helpers: %s: %s", type(e).__name__, e)
+            if _current is not None and _current.owner is owner:
+                _stop_locked()
+            return False
+
+
+def _start_locked(files: Sequence[str | os.PathLike[str]], count: int, owner: object) -> bool:
+    global _current, _atexit_registered
+    if _current is not None and _current.owner is not owner:
+        return False  # a nested run inside another's: the outer run's helpers stay its own
+    if not wanted(files, count):
+        _stop_locked()
+        return False
+    paths = tuple(str(Path(p).resolve()) for p in files)
+    now = relevant(env.environ())
+    if _current is not None:
+        if _current.files == paths and _current.variables == now \
                 and len(_current.procs) == count:
             return True
-        if _current is not None:
-            changed = sorted(k for k in {*now, *_current.variables}
-                             if now.get(k) != _current.variables.get(k))
-            log.debug("autotune_cache: compile helpers restart (changed: %s)",
-                      ", ".join(changed) or "their files or count")
+        changed = sorted(k for k in {*now, *_current.variables}
+                         if now.get(k) != _current.variables.get(k))
+        log.debug("autotune_cache: compile helpers restart (changed: %s)",
+                  ", ".join(changed) or "their files or count")
         _stop_locked()
-        if not wanted(paths, count):
-            return False
-        try:
-            directory = Path(tempfile.mkdtemp(prefix="autotune-compile-helpers-"))
-            (directory / JOB_FILE).write_text(json.dumps(
-                {"files": list(paths), "of": count, "sys_path": list(sys.path),
-                 "parent": os.getpid()}))
-            helpers = _Helpers(directory, paths, now)
-            _current = helpers
-            for i in range(count):
-                with open(directory / f"{LOG_PREFIX}{i}.log", "wb") as err:
-                    helpers.procs.append(subprocess.Popen(
-                        [sys.executable, "-m", HELPER_MODULE, str(directory), str(i)],
-                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                        close_fds=True, env=_helper_environ()))
-        except OSError as e:
-            log.debug("autotune_cache: no compile helpers: %s", e)
-            _stop_locked()
-            return False
-        log.debug("autotune_cache: %d compile helpers for %s in %s", count, ", ".join(paths),
-                  directory)
-        return True
+    if not _atexit_registered:
+        atexit.register(stop)  # a run that fails before pytest_configure never unconfigures
+        _atexit_registered = True
+    # TMPDIR read as it is now, not through tempfile's cache: a conftest.py setting TMPDIR
+    # after this must still see it take effect.
+    directory = Path(tempfile.mkdtemp(prefix="autotune-compile-helpers-",
+                                      dir=env.get("TMPDIR") or "/tmp"))
+    helpers = _current = _Helpers(directory, paths, now, owner)
+    sys_path = [os.fspath(p) for p in sys.path if isinstance(p, (str, os.PathLike))]
+    (directory / JOB_FILE).write_text(json.dumps(
+        {"files": list(paths), "of": count, "sys_path": sys_path, "parent": os.getpid()}))
+    for i in range(count):
+        with open(directory / f"{LOG_PREFIX}{i}.log", "wb") as err:
+            helpers.procs.append(subprocess.Popen(
+                [sys.executable, "-m", HELPER_MODULE, str(directory), str(i)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                close_fds=True, env=_helper_environ()))
+    log.debug("autotune_cache: %d compile helpers for %s in %s", count, ", ".join(paths),
+              directory)
+    return True
 
 
 def _helper_environ() -> dict[str, str]:
@@ -182,10 +233,12 @@ def _helper_environ() -> dict[str, str]:
     return {k: v for k, v in env.environ().items() if k not in HELPER_DROPS}
 
 
-def stop() -> None:
-    """Stop the helpers still running and remove their directory."""
+def stop(owner: object = None) -> None:
+    """Stop the helpers still running and remove their directory (only those `owner`
+    started, when given)."""
     with _lock:
-        _stop_locked()
+        if owner is None or (_current is not None and _current.owner is owner):
+            _stop_locked()
 
 
 def _stop_locked() -> None:
@@ -193,70 +246,96 @@ def _stop_locked() -> None:
     helpers, _current = _current, None
     if helpers is None:
         return
-    for proc in helpers.procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in helpers.procs:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if log.isEnabledFor(logging.DEBUG):
-        for i, proc in enumerate(helpers.procs):
-            with contextlib.suppress(OSError):
-                tail = (helpers.directory / f"{LOG_PREFIX}{i}.log").read_text(errors="replace")
-                log.debug("autotune_cache: compile helper %d exited %s:\n%s", i,
-                          proc.returncode, tail[-2000:])
-    shutil.rmtree(helpers.directory, ignore_errors=True)
+    try:
+        for proc in helpers.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in helpers.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if log.isEnabledFor(logging.DEBUG):
+            for i, proc in enumerate(helpers.procs):
+                with contextlib.suppress(OSError):
+                    tail = (helpers.directory / f"{LOG_PREFIX}{i}.log").read_text(
+                        errors="replace")
+                    log.debug("autotune_cache: compile helper %d exited %s:\n%s", i,
+                              proc.returncode, tail[-2000:])
+    finally:
+        shutil.rmtree(helpers.directory, ignore_errors=True)
 
 
 def settle(specialization: str) -> bool:
-    """Wait until a helper has compiled `specialization` into Triton's compile cache, when one
-    planned to and is still running (at most SETTLE_TIMEOUT_S); whether a helper compiled it
-    (its compile is then a compile-cache hit). Never raises."""
+    """Before the process compiles `specialization`: when a live helper planned it, claim it,
+    and if the helper claimed it first, wait for its compile (module doc); whether a helper
+    compiled it (the process's compile is then a compile-cache hit). Never raises."""
     helpers = _current
-    if helpers is None:
-        return False
-    marker = helpers.directory / digest(specialization)
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while True:
-        if marker.exists():
-            return _compiled(marker)
-        plans = helpers.plans()
-        if plans is not None and marker.name not in plans:
-            return False
-        if not helpers.running() or time.monotonic() > deadline or _current is not helpers:
-            return marker.exists() and _compiled(marker)
-        time.sleep(_POLL_S)
-
-
-def planned(specialization: str) -> bool:
-    """Whether a running helper has `specialization` in its plan (waiting, while they run, for
-    every helper's plan: written before any compile). Never raises."""
-    helpers = _current
-    if helpers is None:
+    if helpers is None or not helpers.usable():
         return False
     name = digest(specialization)
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    try:
+        index = _planner(helpers, name)
+        if index is None or claim(helpers.directory, name, PROCESS_CLAIM):
+            return False  # no helper's, or not started by one: the process compiles it
+        return _await(helpers, name, index)
+    except OSError as e:  # the directory went away (the run stopped them): compile here
+        log.debug("autotune_cache: compile helpers: %s", e)
+        return False
+
+
+def _planner(helpers: _Helpers, name: str) -> int | None:
+    """The live helper that planned `name`, waiting for the plans while a live helper has not
+    written its own (before it imports anything heavy); None when none did."""
+    started = time.monotonic()
     while True:
         plans = helpers.plans()
         if plans is not None:
-            return name in plans
-        if not helpers.running() or time.monotonic() > deadline or _current is not helpers:
-            return False
+            index = plans.get(name)
+            return index if index is not None and helpers.alive(index) else None
+        if _expired(helpers, started):
+            return None
         time.sleep(_POLL_S)
 
 
-def _compiled(marker: Path) -> bool:
-    """A marker is empty when its helper compiled the specialization, "-" when it left it."""
+def _await(helpers: _Helpers, name: str, index: int) -> bool:
+    """Wait for helper `index`'s marker of `name` while it runs."""
+    marker = helpers.directory / name
+    started = time.monotonic()
+    while not marker.exists():
+        if not helpers.alive(index) or _expired(helpers, started):
+            return False
+        time.sleep(_POLL_S)
+    return marker.stat().st_size == 0  # empty: compiled; "-": left to the process
+
+
+def _expired(helpers: _Helpers, started: float) -> bool:
+    """Whether to stop waiting: the run replaced them, or this wait passed SETTLE_TIMEOUT_S
+    (then no later call waits for them either)."""
+    if _current is not helpers or helpers.given_up:
+        return True
+    if time.monotonic() - started > SETTLE_TIMEOUT_S:
+        helpers.given_up = True
+        log.debug("autotune_cache: compile helpers gave no answer in %.0f s; the process "
+                  "compiles on its own from now on", SETTLE_TIMEOUT_S)
+        return True
+    return False
+
+
+def planned(specialization: str) -> bool:
+    """Whether a live helper has `specialization` in its plan (a speculative preload is then
+    left to it). Never raises."""
+    helpers = _current
+    if helpers is None or not helpers.usable():
+        return False
     try:
-        return marker.stat().st_size == 0
+        return _planner(helpers, digest(specialization)) is not None
     except OSError:
         return False
 
 
 def running() -> bool:
-    """Whether any helper is still compiling (for tests and diagnostics)."""
+    """Whether any helper is still running (for tests and diagnostics)."""
     helpers = _current
-    return helpers is not None and helpers.running()
+    return helpers is not None and any(helpers.alive(i) for i in range(len(helpers.procs)))

@@ -2,34 +2,39 @@
 run uses them).
 
 `python -m autotune_cache.triton.compile_helper DIR INDEX`: read DIR/job.json (the results files,
-the helper count, the parent's sys.path), take this helper's share of the files' recorded
-specializations, write its plan (DIR/plan-INDEX: their digests) and compile each into Triton's
-compile cache through the kernel's own `JITFunction.preload`, building its launcher too, exactly
-as the process's compile-ahead would (preload.py), then touch DIR/<digest> (empty: compiled;
-"-": left to the process).
+the helper count, the parent's sys.path and pid), take this helper's share of the files'
+recorded winners and write its plan (DIR/plan-INDEX: their digests) before importing anything
+heavy; then add its share of the candidates to compile (below), and compile each it can claim
+(DIR/<digest>.claim: the test process claims what it compiles itself) into Triton's compile
+cache through the kernel's own `JITFunction.preload`, building its launcher too, exactly as the
+process's compile-ahead would (preload.py), then touch DIR/<digest> (empty: compiled; "-":
+left to the process). Done, it waits for the test process to end (foundation/compile_helpers.py
+says why).
 
 The share: every helper lists the same specializations (each loaded entry's winner that records
 Triton's specialization data, once each, in file order; then, for the entries recorded under
-another toolchain than this machine's, every candidate: `work`) and takes its own run of that
-list (`share`). A helper compiles
-only for the GPU it finds (the entry's device name and architecture); the rest it marks "-".
+another toolchain than this machine's, every candidate: `work`) and takes its own run of each
+list (`share`). A helper compiles only for the GPU it finds (the entry's device name and
+architecture); the rest it marks "-".
 Nothing here is reported to the user: a failure is written to the helper's log
 (DIR/helper-INDEX.log, read by the process at debug level) and the process compiles as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, digest
+from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, claim, digest
 from autotune_cache.foundation.key import Device
 
 log = logging.getLogger(__name__)
@@ -153,8 +158,11 @@ def resolve(kernel: str) -> Any:
     raise LookupError(f"no module of {kernel} imports")
 
 
-def compile_all(directory: Path, mine: list[Work]) -> Iterator[tuple[str, bool]]:
-    """Compile each of `mine` for this process's GPU; yields (digest, compiled) as each ends."""
+def compile_all(directory: Path, index: int, mine: list[Work]
+                ) -> Iterator[tuple[str, bool | None]]:
+    """Compile each of `mine` for this process's GPU, claiming each first; yields (digest,
+    compiled) as each ends, compiled None for one the test process claimed first (it compiles
+    it itself: no marker)."""
     from autotune_cache.triton.device import current_device
     from autotune_cache.triton.preload import _build_launcher
     from autotune_cache.triton.sandbox import ensure_triton_cache_dir
@@ -166,6 +174,10 @@ def compile_all(directory: Path, mine: list[Work]) -> Iterator[tuple[str, bool]]
         log.warning("compile helper: no GPU: %s: %s", type(e).__name__, e)
         device = None
     for kernel, recorded, spec in mine:
+        name = digest(spec)
+        if not claim(directory, name, str(index)):
+            yield name, None
+            continue
         compiled = False
         if device is not None and (recorded.name, recorded.arch) == (device.name, device.arch):
             try:
@@ -174,7 +186,7 @@ def compile_all(directory: Path, mine: list[Work]) -> Iterator[tuple[str, bool]]
             except Exception as e:  # noqa: BLE001 - the process compiles it and reports
                 log.warning("compile helper: %s: %s: %s", kernel, type(e).__name__, e)
         log.info("compile helper: %s %s", "compiled" if compiled else "left", kernel)
-        yield digest(spec), compiled
+        yield name, compiled
 
 
 def _toolchain_now() -> Any:
@@ -191,36 +203,60 @@ def _toolchain_now() -> Any:
 
 def _touch(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with contextlib.suppress(FileNotFoundError):  # the directory is gone: the run stopped us
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+# What a helper becomes once its work is done (exec, same pid): a bare interpreter that waits
+# for the test process to end, then removes the directory. A helper never exits on its own
+# while the test process runs, so none is a zombie the user's os.wait() could collect.
+_WAIT_FOR_PARENT = (
+    "import os, shutil, sys, time\n"
+    "while os.getppid() == int(sys.argv[1]):\n"
+    "    time.sleep(1)\n"
+    "shutil.rmtree(sys.argv[2], ignore_errors=True)\n")
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    # Stopped mid-compile (pytest_unconfigure): unwind, so that the compiler's temporary
+    # files are removed and a running ptxas is killed by subprocess.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # Below the test process: on a busy machine its own work (a launch's compile, a
     # benchmark) comes first, and a helper only uses what is left.
     os.nice(NICENESS)
     directory, index = Path(argv[0]), int(argv[1])
+    parent = run(directory, index)
+    if parent is None:
+        return 0
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _WAIT_FOR_PARENT, str(parent),
+                              str(directory)])
+    return 0  # not reached
+
+
+def run(directory: Path, index: int) -> int | None:
+    """Helper `index`'s work (module doc); the test process's pid, or None when it is gone
+    (then the directory is removed)."""
     job = json.loads((directory / JOB_FILE).read_text())
+    parent, count = int(job["parent"]), int(job["of"])
     sys.path[:] = [*job["sys_path"], *(p for p in sys.path if p not in job["sys_path"])]
-    mine = share(work(job["files"], _toolchain_now())[:MAX_WORK], index, int(job["of"]))
+    # The plan first, before anything heavy is imported: the test process waits for it.
+    winners = work(job["files"])[:MAX_WORK]
+    mine = share(winners, index, count)
     _touch(directory / f"{PLAN_PREFIX}{index}", json.dumps([digest(s) for _, _, s in mine]))
+    candidates = work(job["files"], _toolchain_now())[len(winners):MAX_WORK]
+    mine += share(candidates, index, count)
     log.info("compile helper %d: %d specializations", index, len(mine))
-    done: set[str] = set()
-    try:
-        for name, compiled in compile_all(directory, mine):
-            if os.getppid() != job["parent"]:  # the test process is gone (killed): so are we
-                log.info("compile helper %d: the test process exited", index)
-                shutil.rmtree(directory, ignore_errors=True)
-                return 0
-            done.add(name)
+    for name, compiled in compile_all(directory, index, mine):
+        if os.getppid() != parent:  # the test process is gone (killed): so are we
+            log.info("compile helper %d: the test process exited", index)
+            shutil.rmtree(directory, ignore_errors=True)
+            return None
+        if compiled is not None:
             _touch(directory / name, "" if compiled else "-")
-    except BaseException:  # a crash: the test process compiles what is left itself
-        for _, _, spec in mine:
-            if digest(spec) not in done:
-                _touch(directory / digest(spec), "-")
-        raise
-    return 0
+    return parent
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
