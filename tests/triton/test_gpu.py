@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,14 +196,24 @@ def test_a_compile_helper_fills_the_compile_cache_a_loaded_run_then_only_reads(
                                             "parent": os.getpid()}))
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "AUTOTUNE_FLAGS")}
     env.update(TRITON_CACHE_DIR=str(cache))
-    helper = subprocess.run([sys.executable, "-m", "autotune_cache.triton.compile_helper",
-                             str(job), "0"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert helper.returncode == 0, helper.stderr[-3000:]
     winners = len(work([str(dump)]))  # the two keys' winners, once per specialization
-    markers = [p for p in job.iterdir() if len(p.name) == 32]
-    assert winners and len(markers) == winners, helper.stderr
-    assert all(p.read_text() == "" for p in markers), helper.stderr
+    log = tmp_path / "helper.log"
+    with open(log, "wb") as err:
+        # A helper done with its work waits for its parent (this test) to end: stopped here.
+        helper = subprocess.Popen([sys.executable, "-m", "autotune_cache.triton.compile_helper",
+                                   str(job), "0"], cwd=tmp_path, env=env, stderr=err)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and helper.poll() is None and len(
+                [p for p in job.iterdir() if len(p.name) == 32]) < winners:
+            time.sleep(0.1)
+        markers = [p for p in job.iterdir() if len(p.name) == 32]
+        assert winners and len(markers) == winners, log.read_text()[-3000:]
+        assert all(p.read_text() == "" for p in markers), log.read_text()[-3000:]
+        assert helper.poll() is None  # alive, waiting for this process
+    finally:
+        helper.terminate()
+        helper.wait()
     cubins = sorted(p.parent.name for p in cache.rglob("*.cubin"))
     assert len(cubins) == winners
     second = _pytest_suite(tmp_path, f"--autotune-load={dump}", "--autotune-require-complete")
