@@ -24,6 +24,7 @@ docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-p
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ import pytest
 from autotune_cache.config.flags import (
     ENV_VAR,
     MACRO_ENV_VAR,
+    Settings,
 )
 from autotune_cache.foundation import compile_helpers
 from autotune_cache.foundation import env as autotune_env
@@ -73,8 +75,13 @@ def active(config: pytest.Config) -> bool:
                 f"the autotune_cache plugin is disabled with -p no:{BLOCK_NAME}, so {asked[0]} "
                 "would do nothing; drop one of the two")
         return False
-    given = any(v not in (None, False) for v in option_values(config).values())
-    return given or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))
+    return _asked(option_values(config))
+
+
+def _asked(values: dict[str, object]) -> bool:
+    """Whether any option has a value (`values`: option_values) or AUTOTUNE_FLAGS is set."""
+    return any(v not in (None, False) for v in values.values()) \
+        or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR))
 
 
 
@@ -108,8 +115,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     option = getattr(early_config.known_args_namespace, "autotune_all_kernels", False)
     if option or early_config.getini("autotune_all_kernels"):
         _route_all_kernels()
-    _start_compile_helpers(early_config, option_values(early_config, early=True),
-                           early_config.known_args_namespace)
+    values = option_values(early_config, early=True)
+    settings = None
+    if _asked(values):
+        with contextlib.suppress(pytest.UsageError):  # pytest_configure reports it
+            settings, _ = resolve_settings(values)
+    _start_compile_helpers(early_config, settings, early_config.known_args_namespace)
 
 
 # pytest options under which a run launches no kernel (their dests).
@@ -117,25 +128,19 @@ _LAUNCHES_NOTHING = ("help", "version", "collectonly", "markers", "showfixtures"
                      "show_fixtures_per_test", "setupplan")
 
 
-def _start_compile_helpers(config: pytest.Config, values: dict[str, object],
+def _start_compile_helpers(config: pytest.Config, settings: Settings | None,
                            options: object) -> None:
     """Start the compile helpers for the loaded files (foundation/compile_helpers.py: separate
     processes, started before the conftest.py files import the libraries, and started again at
-    pytest_configure if a conftest.py changed what they compile); stop any when none apply.
-    A bad flag starts none: pytest_configure reports it."""
+    pytest_configure if a conftest.py changed what they compile); stop any when none apply
+    (`settings` None: the plugin is inactive, or a flag is bad)."""
     files: tuple[Path, ...] = ()
     count = 0
-    if any(v not in (None, False) for v in values.values()) \
-            or any(autotune_env.get(name).strip() for name in (ENV_VAR, MACRO_ENV_VAR)):
-        try:
-            settings, _ = resolve_settings(values)
-        except pytest.UsageError:
-            settings = None
-        launches = not any(getattr(options, dest, False) for dest in _LAUNCHES_NOTHING)
-        # With the remote compile cache the process reads binaries from the server, not from
-        # the local cache the helpers fill.
-        if settings is not None and launches and not settings.remote_compile_cache:
-            files, count = settings.load_from, settings.compile_helpers
+    launches = not any(getattr(options, dest, False) for dest in _LAUNCHES_NOTHING)
+    # With the remote compile cache the process reads binaries from the server, not from the
+    # local cache the helpers fill.
+    if settings is not None and launches and not settings.remote_compile_cache:
+        files, count = settings.load_from, settings.compile_helpers
     compile_helpers.start(files, count, owner=config)
 
 
@@ -157,8 +162,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not active(config):
         compile_helpers.stop(owner=config)
         return
-    _start_compile_helpers(config, option_values(config), config.option)
     settings, combined = resolve_settings(option_values(config))
+    _start_compile_helpers(config, settings, config.option)
     if settings.all_kernels:
         # Before the test modules import the libraries whose kernels it routes. The watch on
         # Triton's own tuners (strict mode) comes with the configured cache (startup.engage).

@@ -13,7 +13,7 @@ says why).
 
 The share: every helper lists the same specializations (each loaded entry's winner that records
 Triton's specialization data, once each, in file order; then, for the entries recorded under
-another toolchain than this machine's, every candidate: `work`) and takes its own run of each
+another toolchain than this machine's, every candidate: `candidates`) and takes its own run of each
 list (`share`). A helper compiles only for the GPU it finds (the entry's device name and
 architecture); the rest it marks "-".
 Nothing here is reported to the user: a failure is written to the helper's log
@@ -34,8 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autotune_cache.foundation.atomic import write_atomic
 from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, claim, digest
-from autotune_cache.foundation.key import Device
+from autotune_cache.foundation.key import CacheKey, Device
 
 log = logging.getLogger(__name__)
 
@@ -86,46 +87,71 @@ def _triton_config_defaults() -> dict[str, Any]:
                                                   "maxnreg")}
 
 
-def work(files: list[str], stale_toolchain: Any = None) -> list[Work]:
-    """Every loaded winner with specialization data, once per specialization, in file order,
-    of the kernels named `module.qualname` (routed kernels, plain kernels' warm-ups): a helper
-    can import those. A kernel named by its function's name alone (the default of
-    `autotune_cache.triton.autotune`) is left to the test process's own compile-ahead.
-
-    After them, with `stale_toolchain` (this machine's toolchain, as keys record it), every
-    candidate of each entry recorded under another toolchain (a Triton or CUDA upgrade): those
-    keys miss and are tuned again, and their tunings then find the candidates compiled."""
+def recorded(files: list[str]) -> list[tuple[CacheKey, Any]]:
+    """The (key, entry) pairs of the first MAX_SCAN entries of `files` that record Triton's
+    specialization data, of kernels named `module.qualname` (routed kernels, plain kernels'
+    warm-ups): a helper can import those. A kernel named by its function's name alone (the
+    default of `autotune_cache.triton.autotune`) is left to the test process's own
+    compile-ahead. A file that does not load is named in the log and skipped (the process's own
+    load reports it)."""
     from autotune_cache.store.results_index import load_file
 
-    seen: set[str] = set()
-    found: list[Work] = []
-    candidates: list[Work] = []
-    defaults = _triton_config_defaults() if stale_toolchain is not None else {}
+    found: list[tuple[CacheKey, Any]] = []
     scanned = 0
     for path in files:
         try:
-            loaded = load_file(path)
-            for key, entry in loaded.items():
+            for key, entry in load_file(path).items():
                 scanned += 1
                 if scanned > MAX_SCAN:
                     log.info("compile helper: only the first %d entries are listed", MAX_SCAN)
-                    return found + candidates
-                spec = entry.result.triton_specialization
-                if not spec or "." not in key.kernel:
-                    continue
-                if spec not in seen:
-                    seen.add(spec)
-                    found.append((key.kernel, key.device, spec))
-                if stale_toolchain is None or key.toolchain == stale_toolchain:
-                    continue
-                for timing in entry.result.candidates:
-                    derived = candidate_spec(spec, timing.config, defaults)
-                    if derived is not None and derived not in seen:
-                        seen.add(derived)
-                        candidates.append((key.kernel, key.device, derived))
+                    return found
+                if entry.result.triton_specialization and "." in key.kernel:
+                    found.append((key, entry))
         except Exception as e:  # noqa: BLE001 - the process's own load reports a bad file
             log.warning("compile helper: %s: %s", path, e)
-    return found + candidates
+    return found
+
+
+def winners(entries: list[tuple[CacheKey, Any]]) -> list[Work]:
+    """Each entry's winner, once per specialization, in file order."""
+    seen: set[str] = set()
+    found: list[Work] = []
+    for key, entry in entries:
+        spec = entry.result.triton_specialization
+        if spec not in seen:
+            seen.add(spec)
+            found.append((key.kernel, key.device, spec))
+    return found
+
+
+def candidates(entries: list[tuple[CacheKey, Any]], toolchain: Any, listed: list[Work]
+               ) -> list[Work]:
+    """Every candidate of each entry recorded under another toolchain than `toolchain` (this
+    machine's, as keys record it: a Triton or CUDA upgrade), derived from its winner's
+    specialization, once each and none already `listed`: those keys miss and are tuned again,
+    and their tunings then find the candidates compiled."""
+    seen = {spec for _, _, spec in listed}
+    defaults = _triton_config_defaults()
+    found: list[Work] = []
+    for key, entry in entries:
+        if key.toolchain == toolchain:
+            continue
+        for timing in entry.result.candidates:
+            derived = candidate_spec(entry.result.triton_specialization, timing.config, defaults)
+            if derived is not None and derived not in seen:
+                seen.add(derived)
+                found.append((key.kernel, key.device, derived))
+    return found
+
+
+def work(files: list[str], stale_toolchain: Any = None) -> list[Work]:
+    """The winners of `recorded(files)`, then, with `stale_toolchain` (this machine's
+    toolchain), the `candidates` of the entries recorded under another."""
+    entries = recorded(files)
+    found = winners(entries)
+    if stale_toolchain is None:
+        return found
+    return found + candidates(entries, stale_toolchain, found)
 
 
 def share(items: list[Work], index: int, count: int) -> list[Work]:
@@ -202,10 +228,8 @@ def _toolchain_now() -> Any:
 
 
 def _touch(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):  # the directory is gone: the run stopped us
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode())
 
 
 # What a helper becomes once its work is done (exec, same pid): a bare interpreter that waits
@@ -243,11 +267,14 @@ def run(directory: Path, index: int) -> int | None:
     parent, count = int(job["parent"]), int(job["of"])
     sys.path[:] = [*job["sys_path"], *(p for p in sys.path if p not in job["sys_path"])]
     # The plan first, before anything heavy is imported: the test process waits for it.
-    winners = work(job["files"])[:MAX_WORK]
-    mine = share(winners, index, count)
+    entries = recorded(job["files"])
+    listed = winners(entries)[:MAX_WORK]
+    mine = share(listed, index, count)
     _touch(directory / f"{PLAN_PREFIX}{index}", json.dumps([digest(s) for _, _, s in mine]))
-    candidates = work(job["files"], _toolchain_now())[len(winners):MAX_WORK]
-    mine += share(candidates, index, count)
+    toolchain = _toolchain_now()
+    if toolchain is not None:
+        more = candidates(entries, toolchain, listed)[:MAX_WORK - len(listed)]
+        mine += share(more, index, count)
     log.info("compile helper %d: %d specializations", index, len(mine))
     for name, compiled in compile_all(directory, index, mine):
         if os.getppid() != parent:  # the test process is gone (killed): so are we

@@ -72,6 +72,16 @@ def _run(phase: str, arg: Path, env: dict[str, str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _job(tmp_path: Path, results: Path) -> Path:
+    """A helper's directory with its job: `results`, one helper, this checkout, this process
+    its parent (as the plugin writes it)."""
+    job = tmp_path / "helpers"
+    job.mkdir()
+    (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
+                                            "sys_path": [str(ROOT)], "parent": os.getpid()}))
+    return job
+
+
 def _cubins(cache: Path) -> set[str]:
     return {p.parent.name for p in cache.rglob("*.cubin")}
 
@@ -88,11 +98,7 @@ def test_a_helper_compiles_the_winners_that_a_later_process_then_only_loads(tmp_
     assert _run("tune", results, env) == {"specs": [True, True]}
     tuned_cubins = _cubins(tmp_path / "tc")
     env["TRITON_CACHE_DIR"] = str(tmp_path / "fresh")  # a CI sandbox: nothing compiled yet
-    job = tmp_path / "helpers"
-    job.mkdir()
-    (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
-                                            "sys_path": [str(ROOT)],
-                                            "parent": os.getpid()}))
+    job = _job(tmp_path, results)
     out = _run("helper", job, env)
     specs = [spec for _, _, spec in work([str(results)])]
     assert out["markers"] == {digest(s): "" for s in specs}
@@ -172,11 +178,7 @@ def test_after_an_upgrade_a_helper_compiles_the_candidates_a_tuning_then_only_lo
         aged.append(entry)
     save_results(results, aged)
     env["TRITON_CACHE_DIR"] = str(tmp_path / "fresh")
-    job = tmp_path / "helpers"
-    job.mkdir()
-    (job / JOB_FILE).write_text(json.dumps({"files": [str(results)], "of": 1,
-                                            "sys_path": [str(ROOT)],
-                                            "parent": os.getpid()}))
+    job = _job(tmp_path, results)
     out = _run("helper", job, env)
     assert len(out["markers"]) == 4  # 2 winners, then the 2 kernels' other candidate each
     assert set(out["markers"].values()) == {""}
