@@ -1,4 +1,4 @@
-"""A real library's own pytest suite, routed through the cache, in eight passes (issues 21, 24, 38).
+"""A real library's own pytest suite, routed through the cache, pass by pass (issues 21, 24, 38).
 
     python bench/suite_perf.py OUT_DIR --suite liger|fla --tests-root DIR [--passes ...]
         [--pass-timeout S] [--redis-server PATH]
@@ -39,6 +39,8 @@ autotune_cache/triton/routing.py), never with a shim:
             Triton's and each warm-up compiled ahead is a hit; after a real upgrade whose
             options changed, fewer are (and from Triton 3.6 to 3.9, whose records differ in
             form, none: their preloads fail at once).
+  S-load-B, S-stale-B  S-load and S-stale again, each right after its A, with `--b-flags` added
+            to AUTOTUNE_FLAGS: an A/B of a flag inside one run, against the same P and W.
 
 The passes' outcomes must be identical test by test (passed / failed / skipped / error, each
 test against P's). The probe plugin (bench/suite_probe.py) records each test's outcome and
@@ -84,10 +86,12 @@ DUMP_NAME = "suite.autotune.textproto"
 REGEN_NAME = "suite.regen.autotune.textproto"
 STALE_NAME = "suite.stale.autotune.textproto"
 STALE_TRITON = "0.0.1"  # the Triton S-stale's file claims its entries were tuned with
-PASSES = ("P", "W", "S-cold", "S-load", "S-fill", "S-shared", "S-regen", "S-stale")
-# (pass, the pass it is compared with, the most the ratio may be): issue 38's targets.
-TARGETS = (("S-cold", "P", 0.30), ("S-load", "W", 1.3), ("S-shared", "W", 0.75),
-           ("S-regen", "W", 1.5), ("S-regen", "S-load", 1.2), ("S-stale", "P", 0.30))
+PASSES = ("P", "W", "S-cold", "S-load", "S-load-B", "S-fill", "S-shared", "S-regen", "S-stale",
+          "S-stale-B")
+# (pass, the pass it is compared with, the most the ratio may be): the performance targets.
+TARGETS = (("S-cold", "P", 0.30), ("S-load", "W", 1.0), ("S-load-B", "W", 1.0),
+           ("S-shared", "W", 0.75), ("S-regen", "W", 1.5), ("S-regen", "S-load", 1.2),
+           ("S-stale", "P", 0.30), ("S-stale-B", "P", 0.30))
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,8 @@ class Runner:
         self.py_spy = ""
         # --autotune-flags: AUTOTUNE_FLAGS every S pass gets after its own (an A/B of a flag).
         self.extra_flags = ""
+        # --b-flags: AUTOTUNE_FLAGS the B passes (S-load-B, S-stale-B) get after their own.
+        self.b_flags = ""
 
     def env(self, p: Pass, cache_dir: Path) -> dict[str, str]:
         drop = ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTEST_ADDOPTS")
@@ -277,9 +283,11 @@ def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> di
         passes["S-cold"] = runner.run(
             Pass("S-cold", ["--autotune-all-kernels", f"--autotune-dump={dump}"]),
             caches["S-cold"])
-    for n in ("S-load",):
-        if n in names:
-            passes[n] = runner.run(Pass(n, list(load)), caches[n])
+    if "S-load" in names:
+        passes["S-load"] = runner.run(Pass("S-load", list(load)), caches["S-load"])
+    if "S-load-B" in names:
+        passes["S-load-B"] = runner.run(Pass("S-load-B", list(load), flags=runner.b_flags),
+                                        caches["S-load-B"])
     if "S-shared" in names or "S-fill" in names:
         if redis_binary is None:
             for n in ("S-fill", "S-shared"):
@@ -293,6 +301,9 @@ def run_passes(runner: Runner, names: list[str], redis_binary: str | None) -> di
         passes["S-regen"] = regen_pass(runner, dump, caches["S-regen"])
     if "S-stale" in names:
         passes["S-stale"] = stale_pass(runner, dump, caches["S-stale"])
+    if "S-stale-B" in names:
+        passes["S-stale-B"] = stale_pass(runner, dump, caches["S-stale-B"], "S-stale-B",
+                                         runner.b_flags)
     for n, p in passes.items():
         if n != "W" and not p.skipped:
             p.compiles = count_compiles(caches[n], runner.smoke)
@@ -315,32 +326,34 @@ def regen_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
     return p
 
 
-def stale_pass(runner: Runner, dump: Path, cache_dir: Path) -> Pass:
-    """S-stale: S-cold's dump as an older Triton would have written it (`age_toolchain`),
-    loaded and dumped again in place."""
+def stale_pass(runner: Runner, dump: Path, cache_dir: Path, name: str = "S-stale",
+               flags: str = "") -> Pass:
+    """S-stale (or S-stale-B, with `flags`): S-cold's dump as an older Triton would have
+    written it (`age_toolchain`), loaded and dumped again in place."""
     if not dump.is_file():
-        return Pass("S-stale", [], skipped="S-cold wrote no dump")
-    stale = runner.out / STALE_NAME
+        return Pass(name, [], skipped="S-cold wrote no dump")
+    stale = runner.out / (STALE_NAME if name == "S-stale" else
+                          STALE_NAME.replace(".stale.", f".{name.lower()}."))
     edit = age_toolchain(dump, stale)
-    p, after = _in_place(runner, "S-stale", stale, cache_dir, edit)
+    p, after = _in_place(runner, name, stale, cache_dir, edit, flags)
     edit["entries_still_old"] = sum(1 for e in after for v in e.key.toolchain
                                     if v.name == "triton" and v.version == STALE_TRITON)
     return p
 
 
 def _in_place(runner: Runner, name: str, results: Path, cache_dir: Path,
-              edit: dict[str, Any]) -> tuple[Pass, list[Any]]:
+              edit: dict[str, Any], flags: str = "") -> tuple[Pass, list[Any]]:
     """Pass `name`: `results` loaded and dumped again in place (the ini setup plus
     `--autotune-dump` of the same file), empty compile cache. Returns the pass and the file's
     entries after it; `edit` (what was changed in the file, and `entries_after`) is the pass's
     record under its name without `S-` (summarize reads it there)."""
     p = runner.run(Pass(name, ["--autotune-all-kernels", f"--autotune-load={results}",
-                               f"--autotune-dump={results}"]), cache_dir)
+                               f"--autotune-dump={results}"], flags=flags), cache_dir)
     from autotune_cache.formats import load_results
 
     after = load_results(results) if results.is_file() else []
     edit["entries_after"] = len(after)
-    p.probe[name.removeprefix("S-").lower()] = edit
+    p.probe[name.removeprefix("S-").removesuffix("-B").lower()] = edit
     return p, after
 
 
@@ -673,6 +686,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--autotune-flags", default="", metavar="FLAGS",
                         help="AUTOTUNE_FLAGS every S pass gets after its own: an A/B of a flag "
                              "(two runs on one lease, one with it)")
+    parser.add_argument("--b-flags", default="", metavar="FLAGS",
+                        help="AUTOTUNE_FLAGS of the B passes (S-load-B, S-stale-B), which run "
+                             "each right after its A: an A/B of a flag inside one run")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch directory for the Triton caches (default OUT/work)")
     parser.add_argument("--resummarize", type=Path, default=None, metavar="JSON",
@@ -689,6 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(PASSES))
     if unknown:
         parser.error(f"unknown passes {unknown}; valid: {', '.join(PASSES)}")
+    if any(n.endswith("-B") for n in names) and not args.b_flags.strip():
+        parser.error("the B passes (S-load-B, S-stale-B) need --b-flags: the AUTOTUNE_FLAGS "
+                     "that make them differ from S-load and S-stale")
     if "S-shared" in names and "S-fill" not in names:
         names.append("S-fill")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -699,6 +718,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.monotonic() + args.deadline)
     runner.profile = {n.strip() for n in args.profile.split(",") if n.strip()}
     runner.extra_flags = args.autotune_flags.strip()
+    runner.b_flags = args.b_flags.strip()
     if runner.profile:
         runner.py_spy = py_spy(work)
     redis_binary = find_redis_binary(args.redis_server, work)

@@ -19,14 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path) -> None:
-    passes = "P,W,S-cold,S-load,S-regen,S-stale" + (",S-shared" if shutil.which("redis-server")
+    passes = "P,W,S-cold,S-load,S-load-B,S-regen,S-stale,S-stale-B" + (",S-shared" if shutil.which("redis-server")
                                                     else "")
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "suite_perf.py"), str(out),
                              "--smoke", "--passes", passes,
-                             "--autotune-flags=--autotune_compile_workers=2"],
+                             "--autotune-flags=--autotune_compile_workers=2",
+                             "--b-flags=--autotune_compile_helpers=3"],
                             env=env, text=True, capture_output=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads((out / "suite_perf_fake.json").read_text())
@@ -42,6 +43,9 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     assert flags["S-cold"] == flags["S-load"] == "--autotune_compile_workers=2"
     if "S-shared" in flags:
         assert flags["S-shared"].endswith(" --autotune_compile_workers=2")
+    # --b-flags reaches the B passes alone, before --autotune-flags.
+    assert flags["S-load-B"] == flags["S-stale-B"] == (
+        "--autotune_compile_helpers=3 --autotune_compile_workers=2")
     for name in ran:
         assert totals[name]["rc"] == 0, name
         assert totals[name]["outcomes"] == {"passed": 4, "skipped": 1}, name
@@ -68,3 +72,6 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     # (docs/cache.md: a dump replaces only what the run owns; prune --keep-toolchain drops them).
     assert data["stale"] == {"entries_before": 4, "entries_after": 8, "entries_still_old": 4}
     assert (totals["S-stale"]["tuned"], totals["S-stale"]["hits"]) == (4, 0)
+    # The B passes are their A's again, each on a fresh aged copy and compile cache.
+    assert (totals["S-stale-B"]["tuned"], totals["S-stale-B"]["hits"]) == (4, 0)
+    assert (totals["S-load-B"]["hits"], totals["S-load-B"]["benchmarks_ours"]) == (4, 0)
