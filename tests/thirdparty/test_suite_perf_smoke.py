@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path) -> None:
-    passes = "P,W,S-cold,S-load,S-load-B,S-regen,S-stale,S-stale-B" + (",S-shared" if shutil.which("redis-server")
-                                                    else "")
+    passes = "P,W,S-cold,S-load,S-load-B,S-regen,S-stale,S-stale-B"
+    passes += ",S-shared" if shutil.which("redis-server") else ""
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "out"
