@@ -39,6 +39,7 @@ from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.import_hook import triton_installed, when_triton_imported
 from autotune_cache.foundation.urls import docs_url
 from autotune_cache.pytest.options import (
+    _HELPERS_KEY,
     OPTIONS,
     Option,
     args_from_flags,
@@ -141,7 +142,11 @@ def _start_compile_helpers(config: pytest.Config, settings: Settings | None,
     # local cache the helpers fill.
     if settings is not None and launches and not settings.remote_compile_cache:
         files, count = settings.load_from, settings.compile_helpers
-    compile_helpers.start(files, count, owner=config)
+    shared = getattr(config, "workerinput", {}).get(_HELPERS_KEY)
+    if shared is not None and count:  # an xdist worker: the controller's helpers
+        compile_helpers.attach(shared, files, owner=config)
+    else:
+        compile_helpers.start(files, count, owner=config)
 
 
 def _route_all_kernels() -> None:

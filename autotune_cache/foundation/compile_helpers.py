@@ -25,10 +25,13 @@ What a helper is, so that the user's process stays as it was:
   difference they are stopped and started again with the new environment. Other variables a
   conftest or an import sets (a seed's, torch's CUDA_MODULE_LOADING) keep them running.
 * started only where it can help: a GPU device node exists (/dev/nvidiactl, /dev/kfd),
-  TRITON_INTERPRET is off, a results file is loaded, not in a pytest-xdist worker (the
-  controller starts them for the run: the workers share its TRITON_CACHE_DIR), and
+  TRITON_INTERPRET is off, a results file is loaded, not in a pytest-xdist worker, and
   --autotune_compile_helpers is above 0 (it is 0 by default until a GPU run measures the
-  design as it stands: docs/decisions/0033-compile-helpers-at-start.md).
+  design as it stands: docs/decisions/0033-compile-helpers-at-start.md). Under pytest-xdist
+  the controller starts them for the run and hands each worker `shared()`; a worker that
+  loads the same files `attach`es to them (it waits for their compiles as the controller
+  would, tells a live helper from a dead one by its pid, and never stops them), since the
+  workers share the controller's TRITON_CACHE_DIR.
 * a child that never exits on its own: once its work is done it replaces itself (exec, same
   pid) with a minimal interpreter that waits for the test process to end, so no helper turns
   into a zombie that the user's own `os.wait()` or SIGCHLD handler would collect.
@@ -131,9 +134,16 @@ class _Helpers:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     planners: dict[str, int] | None = None  # {digest: helper index}, once every plan is read
     given_up: bool = False
+    pids: list[int] = field(default_factory=list)  # attached (an xdist worker): no procs
+
+    @property
+    def count(self) -> int:
+        return len(self.procs) or len(self.pids)
 
     def alive(self, index: int) -> bool:
-        return self.procs[index].poll() is None
+        if self.procs:
+            return self.procs[index].poll() is None
+        return _pid_alive(self.pids[index])
 
     def plans(self) -> dict[str, int] | None:
         """Which helper planned each digest, or None while a live helper has not written its
@@ -141,7 +151,7 @@ class _Helpers:
         if self.planners is not None:
             return self.planners
         found: dict[str, int] = {}
-        for i in range(len(self.procs)):
+        for i in range(self.count):
             path = self.directory / f"{PLAN_PREFIX}{i}"
             try:
                 found.update((name, i) for name in json.loads(path.read_text()))
@@ -158,6 +168,21 @@ class _Helpers:
         process's environment still the one they compile for (a fixture may change
         TRITON_CACHE_DIR after they started)."""
         return not self.given_up and relevant(env.environ()) == self.variables
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` (another process's child) runs: it exists and is no zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: the signal's answer
+    return state not in ("Z", "X")
 
 
 _lock = threading.Lock()
@@ -227,6 +252,38 @@ def _start_locked(files: Sequence[str | os.PathLike[str]], count: int, owner: ob
     return True
 
 
+def shared() -> dict[str, object] | None:
+    """What a pytest-xdist worker needs to `attach` to the helpers this process started (None
+    without any): their directory, files, environment and pids, as plain data."""
+    helpers = _current
+    if helpers is None or not helpers.procs:
+        return None
+    return {"directory": str(helpers.directory), "files": list(helpers.files),
+            "variables": dict(helpers.variables), "pids": [p.pid for p in helpers.procs]}
+
+
+def attach(info: object, files: Sequence[str | os.PathLike[str]], owner: object = None
+           ) -> bool:
+    """In a pytest-xdist worker: use the controller's helpers (`info`, its `shared()`) for
+    the run `owner`, when they compile the same `files`. Whether attached. Never raises: an
+    unusable `info` attaches nothing, and the worker compiles as it would without."""
+    global _current
+    with _lock:
+        try:
+            if _current is not None or not isinstance(info, dict) or not files:
+                return False
+            paths = tuple(str(Path(p).resolve()) for p in files)
+            if tuple(info["files"]) != paths:
+                return False
+            _current = _Helpers(Path(info["directory"]), paths, dict(info["variables"]), owner,
+                                pids=[int(pid) for pid in info["pids"]])
+            return True
+        except Exception as e:  # noqa: BLE001 - helpers are an optimisation, never an error
+            log.debug("autotune_cache: not attached to compile helpers: %s: %s",
+                      type(e).__name__, e)
+            return False
+
+
 def _helper_environ() -> dict[str, str]:
     """The process's environment without our own flags: a helper compiles, and engages
     nothing (no routing, no cache) that AUTOTUNE_FLAGS would ask of the package's import."""
@@ -244,8 +301,8 @@ def stop(owner: object = None) -> None:
 def _stop_locked() -> None:
     global _current
     helpers, _current = _current, None
-    if helpers is None:
-        return
+    if helpers is None or not helpers.procs:
+        return  # none, or attached: the controller's to stop
     try:
         for proc in helpers.procs:
             if proc.poll() is None:
@@ -279,6 +336,8 @@ def settle(specialization: str) -> bool:
         index = _planner(helpers, name)
         if index is None or claim(helpers.directory, name, PROCESS_CLAIM):
             return False  # no helper's, or not started by one: the process compiles it
+        if (helpers.directory / f"{name}{CLAIM_SUFFIX}").read_text() == PROCESS_CLAIM:
+            return False  # this or another test process (an xdist worker) claimed it first
         return _await(helpers, name, index)
     except OSError as e:  # the directory went away (the run stopped them): compile here
         log.debug("autotune_cache: compile helpers: %s", e)
@@ -338,4 +397,4 @@ def planned(specialization: str) -> bool:
 def running() -> bool:
     """Whether any helper is still running (for tests and diagnostics)."""
     helpers = _current
-    return helpers is not None and any(helpers.alive(i) for i in range(len(helpers.procs)))
+    return helpers is not None and any(helpers.alive(i) for i in range(helpers.count))

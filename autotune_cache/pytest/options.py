@@ -70,6 +70,7 @@ assert all(o.twin in _TWIN_FIELD for o in OPTIONS if o.twin)
 # Keys of xdist's workerinput / workeroutput dicts.
 _PARTIALS_KEY = "autotune_cache_partials"
 _SHARED_DIR_KEY = "autotune_cache_shared_dir"
+_HELPERS_KEY = "autotune_cache_compile_helpers"  # foundation/compile_helpers.shared()
 _OUTPUT_KEY = "autotune_cache"
 
 

@@ -21,9 +21,15 @@ from autotune_cache.config.flags import (
 )
 from autotune_cache.errors import AutotuneCacheError
 from autotune_cache.formats import Keyed, load_results
+from autotune_cache.foundation import compile_helpers
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.foundation.locking import Liveness, sweep_dead
-from autotune_cache.pytest.options import _OUTPUT_KEY, _PARTIALS_KEY, _SHARED_DIR_KEY
+from autotune_cache.pytest.options import (
+    _HELPERS_KEY,
+    _OUTPUT_KEY,
+    _PARTIALS_KEY,
+    _SHARED_DIR_KEY,
+)
 from autotune_cache.pytest.runner import _usage_error
 from autotune_cache.pytest.scope import selection, write_json
 from autotune_cache.pytest.summary import (
@@ -108,6 +114,8 @@ class XdistControllerPlugin:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[_PARTIALS_KEY] = str(self.partials) if self.partials else ""
         node.workerinput[_SHARED_DIR_KEY] = str(self.shared_dir) if self.shared_dir else ""
+        # The compile helpers this controller started, for the workers to wait on.
+        node.workerinput[_HELPERS_KEY] = compile_helpers.shared()
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", {}).get(_OUTPUT_KEY)

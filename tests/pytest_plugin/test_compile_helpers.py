@@ -299,3 +299,63 @@ def test_a_real_helper_done_waits_for_the_test_process_and_stops_with_it(tmp_pat
     finally:
         compile_helpers.stop(owner=outer)
     assert proc.returncode is not None and not helpers.directory.exists()
+
+
+def test_xdist_workers_wait_for_the_controllers_helpers(suite, tmp_path):
+    """Under pytest-xdist the controller alone starts helpers, and every worker waits for their
+    compiles as a single process would (`--dist each`: both workers settle the same planned
+    specialization, and both get the helper's compile)."""
+    pytest.importorskip("xdist")
+    run(suite, "test_settle.py", "-n", "2", "--dist", "each").assert_outcomes(passed=2)
+    started = records(tmp_path)
+    assert sorted(r["index"] for r in started) == [0, 1]  # the controller's two, no worker's
+    assert all(gone(r["pid"]) and not Path(r["directory"]).exists() for r in started)
+
+
+def test_attached_helpers_are_waited_for_never_stopped_and_a_process_claim_is_final(
+        tmp_path, monkeypatch):
+    """`attach` (an xdist worker) takes the controller's helpers by pid: it waits for a compile
+    a live one started, not for a dead one's; a specialization another test process claimed
+    first (or this one, settling it again) is compiled at once, with no wait; stopping the
+    worker's run leaves the helpers and their directory to the controller. Files that differ
+    from the controller's, or an unreadable record, attach nothing."""
+    import subprocess
+    import sys
+    import threading
+
+    from autotune_cache.foundation import compile_helpers
+    from autotune_cache.foundation.compile_helpers import PROCESS_CLAIM, claim
+
+    directory = tmp_path / "h"
+    directory.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    started, crashed = SPEC + "s", SPEC + "c"
+    (directory / "plan-0").write_text(json.dumps([digest(SPEC), digest(started)]))
+    (directory / "plan-1").write_text(json.dumps([digest(crashed)]))
+    info = {"directory": str(directory), "files": [str(tmp_path / "f")],
+            "variables": compile_helpers.relevant(os.environ), "pids": [live.pid, dead.pid]}
+    monkeypatch.setattr(compile_helpers, "_current", None)
+    owner = object()
+    try:
+        assert not compile_helpers.attach(info, [tmp_path / "other"], owner)
+        assert not compile_helpers.attach({"files": [str(tmp_path / "f")]}, [tmp_path / "f"])
+        assert compile_helpers._current is None
+        assert compile_helpers.attach(info, [tmp_path / "f"], owner)
+        assert compile_helpers.planned(SPEC) and not compile_helpers.planned(crashed)
+        assert compile_helpers.settle(crashed) is False  # its helper is gone: no wait
+        claim(directory, digest(SPEC), PROCESS_CLAIM)  # another worker got there first
+        t0 = time.monotonic()
+        assert compile_helpers.settle(SPEC) is False
+        assert compile_helpers.settle(SPEC) is False  # twice: still no wait
+        assert time.monotonic() - t0 < 5
+        assert claim(directory, digest(started), "0")  # the live helper's
+        threading.Timer(0.3, (directory / digest(started)).write_text, [""]).start()
+        assert compile_helpers.settle(started) is True
+        compile_helpers.stop(owner=owner)
+        assert compile_helpers._current is None
+        assert live.poll() is None and directory.is_dir()  # the controller's to stop
+    finally:
+        live.kill()
+        live.wait()
