@@ -44,19 +44,15 @@ What a helper is, so that the user's process stays as it was:
   neither stops nor replaces it.
 
 How the process uses them: the compile-ahead (preload.py) asks `settle` before each preload.
-Every helper writes its plan (its share of the winners) before it imports anything heavy, and
-compiles its plan in order. For a specialization a live helper planned, the process waits for
-the helper's marker instead of compiling it too, so the preload that follows loads the binary
-from the compile cache. Waiting, not racing: the process's own compile-ahead starts as the
-library's kernels are decorated, while the helpers are still importing that library, and a
-first version that let the process take whatever a helper had not started yet left the helpers
-almost nothing (Liger on an H100: S-load 1.28x of W with helpers, 1.32x without). The wait
-costs the process nothing but a pool thread: its compiles hold the GIL, the helpers' do not.
-The process never waits for a compile that no helper will run: not for one no helper planned,
-not for one a dead helper planned, not once the helpers' environment is no longer the
+Every helper writes its plan (its share of the winners) before it imports anything heavy. For a
+specialization in a plan, `settle` claims it (a link created only if none exists, the way the
+helper claims what it starts): if the helper has not started it, the process keeps the claim
+and compiles it itself, as it always did, and the helper skips it; if the helper has, the
+process waits for its marker, so the preload that follows loads the binary from the compile
+cache. The process never waits for a compile that no helper is running: not for one no helper
+planned, not for one a dead helper planned, not once the helpers' environment is no longer the
 process's, and not at all after SETTLE_TIMEOUT_S without the awaited marker (then it stops
-asking and compiles on its own). A helper's failure therefore costs nothing but its CPU time
-and, for a hung one, one wait.
+asking). A helper's failure therefore costs nothing but its CPU time.
 """
 
 from __future__ import annotations
@@ -85,6 +81,8 @@ HELPER_MODULE = "autotune_cache.triton.compile_helper"
 JOB_FILE = "job.json"
 PLAN_PREFIX = "plan-"
 LOG_PREFIX = "helper-"
+CLAIM_SUFFIX = ".claim"
+PROCESS_CLAIM = "process"
 # Longest the process waits for one helper's compile before it stops asking helpers at all (a
 # compile is seconds; a hung helper must not hang the run).
 SETTLE_TIMEOUT_S = 120.0
@@ -110,6 +108,21 @@ def relevant(environ: Mapping[str, str]) -> dict[str, str]:
     """The part of an environment whose change restarts the helpers."""
     return {k: v for k, v in environ.items()
             if k in RELEVANT_NAMES or k.startswith(RELEVANT_PREFIXES)}
+
+
+def claim(directory: Path, name: str, who: str) -> bool:
+    """Claim the compile of marker `name` for `who` (a helper's index, or PROCESS_CLAIM):
+    whether this call made the claim. The claim file appears whole or not at all (a link to a
+    file already written), and only once."""
+    tmp = directory / f"{name}{CLAIM_SUFFIX}.{who}.{os.getpid()}"
+    tmp.write_text(who)
+    try:
+        os.link(tmp, directory / f"{name}{CLAIM_SUFFIX}")
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -312,16 +325,20 @@ def _stop_locked() -> None:
 
 
 def settle(specialization: str) -> bool:
-    """Before the process compiles `specialization`: when a live helper planned it, wait for
-    its compile (module doc); whether the helper compiled it (the process's compile is then a
-    compile-cache hit). Never raises."""
+    """Before the process compiles `specialization`: when a live helper planned it, claim it,
+    and if the helper claimed it first, wait for its compile (module doc); whether a helper
+    compiled it (the process's compile is then a compile-cache hit). Never raises."""
     helpers = _current
     if helpers is None or not helpers.usable():
         return False
     name = digest(specialization)
     try:
         index = _planner(helpers, name)
-        return index is not None and _await(helpers, name, index)
+        if index is None or claim(helpers.directory, name, PROCESS_CLAIM):
+            return False  # no helper's, or not started by one: the process compiles it
+        if (helpers.directory / f"{name}{CLAIM_SUFFIX}").read_text() == PROCESS_CLAIM:
+            return False  # this or another test process (an xdist worker) claimed it first
+        return _await(helpers, name, index)
     except OSError as e:  # the directory went away (the run stopped them): compile here
         log.debug("autotune_cache: compile helpers: %s", e)
         return False

@@ -4,9 +4,9 @@ run uses them).
 `python -m autotune_cache.triton.compile_helper DIR INDEX`: read DIR/job.json (the results files,
 the helper count, the parent's sys.path and pid), take this helper's share of the files'
 recorded winners and write its plan (DIR/plan-INDEX: their digests) before importing anything
-heavy; then add its share of the candidates to compile (below), and compile each, in order,
-into Triton's compile cache through the kernel's own `JITFunction.preload`, building its
-launcher too, exactly as the
+heavy; then add its share of the candidates to compile (below), and compile each it can claim
+(DIR/<digest>.claim: the test process claims what it compiles itself) into Triton's compile
+cache through the kernel's own `JITFunction.preload`, building its launcher too, exactly as the
 process's compile-ahead would (preload.py), then touch DIR/<digest> (empty: compiled; "-":
 left to the process). Done, it waits for the test process to end (foundation/compile_helpers.py
 says why).
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune_cache.foundation.atomic import write_atomic
-from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, digest
+from autotune_cache.foundation.compile_helpers import JOB_FILE, PLAN_PREFIX, claim, digest
 from autotune_cache.foundation.key import CacheKey, Device
 
 log = logging.getLogger(__name__)
@@ -184,9 +184,11 @@ def resolve(kernel: str) -> Any:
     raise LookupError(f"no module of {kernel} imports")
 
 
-def compile_all(mine: list[Work]) -> Iterator[tuple[str, bool]]:
-    """Compile each of `mine` for this process's GPU, in order; yields (digest, compiled) as
-    each ends (the test process waits for each marker: foundation/compile_helpers.settle)."""
+def compile_all(directory: Path, index: int, mine: list[Work]
+                ) -> Iterator[tuple[str, bool | None]]:
+    """Compile each of `mine` for this process's GPU, claiming each first; yields (digest,
+    compiled) as each ends, compiled None for one the test process claimed first (it compiles
+    it itself: no marker)."""
     from autotune_cache.triton.device import current_device
     from autotune_cache.triton.preload import _build_launcher
     from autotune_cache.triton.sandbox import ensure_triton_cache_dir
@@ -198,6 +200,10 @@ def compile_all(mine: list[Work]) -> Iterator[tuple[str, bool]]:
         log.warning("compile helper: no GPU: %s: %s", type(e).__name__, e)
         device = None
     for kernel, recorded, spec in mine:
+        name = digest(spec)
+        if not claim(directory, name, str(index)):
+            yield name, None
+            continue
         compiled = False
         if device is not None and (recorded.name, recorded.arch) == (device.name, device.arch):
             try:
@@ -206,7 +212,7 @@ def compile_all(mine: list[Work]) -> Iterator[tuple[str, bool]]:
             except Exception as e:  # noqa: BLE001 - the process compiles it and reports
                 log.warning("compile helper: %s: %s: %s", kernel, type(e).__name__, e)
         log.info("compile helper: %s %s", "compiled" if compiled else "left", kernel)
-        yield digest(spec), compiled
+        yield name, compiled
 
 
 def _toolchain_now() -> Any:
@@ -270,12 +276,13 @@ def run(directory: Path, index: int) -> int | None:
         more = candidates(entries, toolchain, listed)[:MAX_WORK - len(listed)]
         mine += share(more, index, count)
     log.info("compile helper %d: %d specializations", index, len(mine))
-    for name, compiled in compile_all(mine):
+    for name, compiled in compile_all(directory, index, mine):
         if os.getppid() != parent:  # the test process is gone (killed): so are we
             log.info("compile helper %d: the test process exited", index)
             shutil.rmtree(directory, ignore_errors=True)
             return None
-        _touch(directory / name, "" if compiled else "-")
+        if compiled is not None:
+            _touch(directory / name, "" if compiled else "-")
     return parent
 
 if __name__ == "__main__":

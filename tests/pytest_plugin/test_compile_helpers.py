@@ -29,7 +29,7 @@ SPEC = '{"name": "k", "key": "planned"}'
 FAKE_HELPER = '''
 import json, os, sys, time
 from pathlib import Path
-from autotune_cache.foundation.compile_helpers import digest
+from autotune_cache.foundation.compile_helpers import claim, digest
 directory, index = Path(sys.argv[1]), int(sys.argv[2])
 job = json.loads((directory / "job.json").read_text())
 record = {"pid": os.getpid(), "index": index, "of": job["of"], "files": job["files"],
@@ -39,9 +39,10 @@ record = {"pid": os.getpid(), "index": index, "of": job["of"], "files": job["fil
 with open(os.environ["HELPER_RECORD"], "a") as f:
     f.write(json.dumps(record) + "\\n")
 mine = [digest(%(spec)r)] if index == 0 else []
+started = [name for name in mine if claim(directory, name, str(index))]
 (directory / f"plan-{index}").write_text(json.dumps(mine))
 time.sleep(0.5)
-for name in mine:
+for name in started:
     (directory / name).write_text("")
 time.sleep(60)  # still running when the run ends: the plugin stops it
 '''
@@ -181,18 +182,18 @@ def test_no_helpers_where_they_cannot_help(suite, tmp_path, monkeypatch, setting
         assert started == []
 
 
-def test_settle_waits_only_for_a_compile_a_live_helper_will_run(tmp_path, monkeypatch):
-    """`settle` returns at once without helpers, for a specialization no plan lists, and for
-    one whose helper has exited (crashed: no marker); for one a live helper planned it waits
-    for the marker, whether or not the helper has started it (the process's own compile would
-    race the helper for it), and says whether the helper compiled it. After SETTLE_TIMEOUT_S
-    without an answer it stops asking; a changed TRITON_CACHE_DIR (a fixture's) stops it too.
-    `planned` answers from live helpers' plans."""
+def test_settle_waits_only_for_a_compile_a_live_helper_is_running(tmp_path, monkeypatch):
+    """`settle` returns at once without helpers, for a specialization no plan lists, for one
+    whose helper has exited (crashed: no marker), and for one no helper has started (the
+    process claims it, and the helper will skip it); it waits for a started one and says
+    whether it compiled. After SETTLE_TIMEOUT_S without an answer it stops asking; a changed
+    TRITON_CACHE_DIR (a fixture's) stops it too. `planned` answers from live helpers' plans."""
     import subprocess
     import sys
     import threading
 
     from autotune_cache.foundation import compile_helpers
+    from autotune_cache.foundation.compile_helpers import PROCESS_CLAIM, claim
 
     assert compile_helpers.settle(SPEC) is False  # no helpers
     directory = tmp_path / "h"
@@ -204,25 +205,26 @@ def test_settle_waits_only_for_a_compile_a_live_helper_will_run(tmp_path, monkey
         helpers = compile_helpers._Helpers(
             directory, ("f",), compile_helpers.relevant(os.environ), None, [live, dead])
         monkeypatch.setattr(compile_helpers, "_current", helpers)
-        other, crashed, left = SPEC + "1", SPEC + "2", SPEC + "3"
-        (directory / "plan-0").write_text(json.dumps([digest(SPEC), digest(left)]))
+        other, crashed, started = SPEC + "1", SPEC + "2", SPEC + "3"
+        (directory / "plan-0").write_text(json.dumps([digest(SPEC), digest(started)]))
         (directory / "plan-1").write_text(json.dumps([digest(crashed)]))
-        t0 = time.monotonic()
         assert compile_helpers.settle(other) is False  # planned by none
         assert compile_helpers.planned(other) is False
         assert compile_helpers.settle(crashed) is False  # its helper is gone
         assert compile_helpers.planned(crashed) is False
-        assert time.monotonic() - t0 < 5  # neither waited
         assert compile_helpers.planned(SPEC) is True
-        threading.Timer(0.3, (directory / digest(SPEC)).write_text, [""]).start()
-        t0 = time.monotonic()
-        assert compile_helpers.settle(SPEC) is True  # waited for the helper's compile
-        assert time.monotonic() - t0 >= 0.25
-        (directory / digest(left)).write_text("-")  # left to the process (another GPU)
-        assert compile_helpers.settle(left) is False
-        (directory / digest(left)).unlink()
+        assert compile_helpers.settle(SPEC) is False  # not started: the process's now
+        assert (directory / f"{digest(SPEC)}.claim").read_text() == PROCESS_CLAIM
+        assert not claim(directory, digest(SPEC), "0")  # the helper then skips it
+        assert claim(directory, digest(started), "0")  # the helper started this one
+        threading.Timer(0.3, (directory / digest(started)).write_text, [""]).start()
+        assert compile_helpers.settle(started) is True
+        (directory / digest(started)).unlink()
+        (directory / digest(started)).write_text("-")  # left to the process after all
+        assert compile_helpers.settle(started) is False
+        (directory / digest(started)).unlink()
         monkeypatch.setattr(compile_helpers, "SETTLE_TIMEOUT_S", 0.2)
-        assert compile_helpers.settle(left) is False  # no answer in time
+        assert compile_helpers.settle(started) is False  # no answer in time
         assert helpers.given_up and compile_helpers.planned(SPEC) is False
         helpers.given_up = False
         monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "a fixture's"))
@@ -310,24 +312,27 @@ def test_xdist_workers_wait_for_the_controllers_helpers(suite, tmp_path):
     assert all(gone(r["pid"]) and not Path(r["directory"]).exists() for r in started)
 
 
-def test_attached_helpers_are_waited_for_and_never_stopped(tmp_path, monkeypatch):
+def test_attached_helpers_are_waited_for_never_stopped_and_a_process_claim_is_final(
+        tmp_path, monkeypatch):
     """`attach` (an xdist worker) takes the controller's helpers by pid: it waits for a compile
-    a live one planned, not for a dead one's; stopping the worker's run leaves the helpers and
-    their directory to the controller. Files that differ from the controller's, or an
-    unreadable record, attach nothing."""
+    a live one started, not for a dead one's; a specialization another test process claimed
+    first (or this one, settling it again) is compiled at once, with no wait; stopping the
+    worker's run leaves the helpers and their directory to the controller. Files that differ
+    from the controller's, or an unreadable record, attach nothing."""
     import subprocess
     import sys
     import threading
 
     from autotune_cache.foundation import compile_helpers
+    from autotune_cache.foundation.compile_helpers import PROCESS_CLAIM, claim
 
     directory = tmp_path / "h"
     directory.mkdir()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    crashed = SPEC + "c"
-    (directory / "plan-0").write_text(json.dumps([digest(SPEC)]))
+    started, crashed = SPEC + "s", SPEC + "c"
+    (directory / "plan-0").write_text(json.dumps([digest(SPEC), digest(started)]))
     (directory / "plan-1").write_text(json.dumps([digest(crashed)]))
     info = {"directory": str(directory), "files": [str(tmp_path / "f")],
             "variables": compile_helpers.relevant(os.environ), "pids": [live.pid, dead.pid]}
@@ -339,11 +344,15 @@ def test_attached_helpers_are_waited_for_and_never_stopped(tmp_path, monkeypatch
         assert compile_helpers._current is None
         assert compile_helpers.attach(info, [tmp_path / "f"], owner)
         assert compile_helpers.planned(SPEC) and not compile_helpers.planned(crashed)
-        t0 = time.monotonic()
         assert compile_helpers.settle(crashed) is False  # its helper is gone: no wait
+        claim(directory, digest(SPEC), PROCESS_CLAIM)  # another worker got there first
+        t0 = time.monotonic()
+        assert compile_helpers.settle(SPEC) is False
+        assert compile_helpers.settle(SPEC) is False  # twice: still no wait
         assert time.monotonic() - t0 < 5
-        threading.Timer(0.3, (directory / digest(SPEC)).write_text, [""]).start()
-        assert compile_helpers.settle(SPEC) is True
+        assert claim(directory, digest(started), "0")  # the live helper's
+        threading.Timer(0.3, (directory / digest(started)).write_text, [""]).start()
+        assert compile_helpers.settle(started) is True
         compile_helpers.stop(owner=owner)
         assert compile_helpers._current is None
         assert live.poll() is None and directory.is_dir()  # the controller's to stop
