@@ -26,9 +26,10 @@ What a helper is, so that the user's process stays as it was:
   conftest or an import sets (a seed's, torch's CUDA_MODULE_LOADING) keep them running.
 * started only where it can help: a GPU device node exists (/dev/nvidiactl, /dev/kfd),
   TRITON_INTERPRET is off, a results file is loaded, not in a pytest-xdist worker, and
-  --autotune_compile_helpers is above 0 (it is 0 by default until a GPU run measures the
-  design as it stands: docs/decisions/0033-compile-helpers-at-start.md). Under pytest-xdist
-  the controller starts them for the run and hands each worker `shared()`; a worker that
+  --autotune_compile_helpers is above 0 (0 by default: on an H100 they did not pay for
+  themselves on Liger's suite, docs/decisions/0033-compile-helpers-at-start.md). Under
+  pytest-xdist the controller starts them for the run and hands each worker `shared()`; a
+  worker that
   loads the same files `attach`es to them (it waits for their compiles as the controller
   would, tells a live helper from a dead one by its pid, and never stops them), since the
   workers share the controller's TRITON_CACHE_DIR.
