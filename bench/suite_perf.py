@@ -332,8 +332,7 @@ def stale_pass(runner: Runner, dump: Path, cache_dir: Path, name: str = "S-stale
     written it (`age_toolchain`), loaded and dumped again in place."""
     if not dump.is_file():
         return Pass(name, [], skipped="S-cold wrote no dump")
-    stale = runner.out / (STALE_NAME if name == "S-stale" else
-                          STALE_NAME.replace(".stale.", f".{name.lower()}."))
+    stale = runner.out / STALE_NAME.replace("stale", name.removeprefix("S-").lower())
     edit = age_toolchain(dump, stale)
     p, after = _in_place(runner, name, stale, cache_dir, edit, flags)
     edit["entries_still_old"] = sum(1 for e in after for v in e.key.toolchain

@@ -29,10 +29,9 @@ What a helper is, so that the user's process stays as it was:
   --autotune_compile_helpers is above 0 (0 by default: on an H100 they did not pay for
   themselves on Liger's suite, docs/decisions/0033-compile-helpers-at-start.md). Under
   pytest-xdist the controller starts them for the run and hands each worker `shared()`; a
-  worker that
-  loads the same files `attach`es to them (it waits for their compiles as the controller
-  would, tells a live helper from a dead one by its pid, and never stops them), since the
-  workers share the controller's TRITON_CACHE_DIR.
+  worker that loads the same files `attach`es to them (it waits for their compiles as the
+  controller would, tells a live helper from a dead one by its pid, and never stops them),
+  since the workers share the controller's TRITON_CACHE_DIR.
 * a child that never exits on its own: once its work is done it replaces itself (exec, same
   pid) with a minimal interpreter that waits for the test process to end, so no helper turns
   into a zombie that the user's own `os.wait()` or SIGCHLD handler would collect.
