@@ -25,6 +25,7 @@ docs/pytest.md explains this to users; the reasons: docs/decisions/0008-pytest-p
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ from autotune_cache.pytest.options import (
 from autotune_cache.pytest.runner import RunnerPlugin
 from autotune_cache.pytest.summary import Miss, MissRecorder, add_stats, summary_lines
 from autotune_cache.pytest.xdist import XdistControllerPlugin, _xdist_controller, merge_partials
+from autotune_cache.startup import compile_at_start
 
 # The plugin's public names, wherever their role's module defines them.
 __all__ = ["OPTIONS", "Miss", "MissRecorder", "Option", "RunnerPlugin", "XdistControllerPlugin",
@@ -122,6 +124,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         with contextlib.suppress(pytest.UsageError):  # pytest_configure reports it
             settings, _ = resolve_settings(values)
     _start_compile_helpers(early_config, settings, early_config.known_args_namespace)
+    if settings is not None and _runs_tests_early(early_config):
+        # The loaded winners compile as conftest.py files import the libraries (triton/early.py).
+        compile_at_start(settings)
+
+
+def _runs_tests_early(config: pytest.Config) -> bool:
+    """Whether this process will launch kernels, as far as the command line says before
+    pytest_configure: not an option that launches nothing, not pytest-xdist's controller (its
+    workers compile ahead, each for itself)."""
+    options = config.known_args_namespace
+    if any(getattr(options, dest, False) for dest in _LAUNCHES_NOTHING):
+        return False
+    if hasattr(config, "workerinput"):
+        return True
+    return not getattr(options, "numprocesses", None) and \
+        getattr(options, "dist", "no") in ("no", None)
 
 
 # pytest options under which a run launches no kernel (their dests).
@@ -179,6 +197,15 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         plugin = RunnerPlugin(config, settings, combined)
     config.pluginmanager.register(plugin, "autotune_cache-session")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The test modules are imported: before the first test, the compile-ahead from the start
+    takes the plain kernels they defined (triton/early.py; nothing when it did not start)."""
+    del session
+    early = sys.modules.get("autotune_cache.triton.early")  # imported by the early start only
+    if early is not None:
+        early.scan()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -21,6 +21,8 @@ What is asked for, and by whom:
     not run (`python -S`, or the package only on PYTHONPATH, whose .pth files Python never
     processes). When Triton was imported before, the switch comes late for the tuners built
     since: one warning names them, says why, and gives the fix.
+- `compile_at_start(settings)`: every configuration that loads files (`engage`'s, and the pytest
+  plugin's before conftest.py files run): triton/early.py, where it can help.
 - `engage(settings)`: every cache the process configures (cache.py, through
   foundation/import_hook.py's `engage`, which the package's `__init__` points here): the class
   watch under the switch or strict mode, and the compile listener (plain-kernel warm-ups,
@@ -33,6 +35,7 @@ that names the flag.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -55,6 +58,27 @@ def engage(settings: Settings) -> None:
     listen = settings.dump_to is not None or bool(settings.load_from)
     if (watch or listen) and import_hook.triton_installed():
         when_triton_imported(lambda: _engage(watch, listen))
+    compile_at_start(settings)
+
+
+def compile_at_start(settings: Settings) -> None:
+    """The loaded files' winners and warm-ups compile from the program's own `import triton`
+    on, as it defines their kernels (triton/early.py), where that can help: the files are
+    loaded, --autotune_compile_at_start is on, a GPU device node exists and no remote compile
+    cache serves the binaries. Imports nothing now."""
+    if not (settings.compile_at_start and settings.load_from) or settings.remote_compile_cache:
+        return
+    from autotune_cache.foundation.compile_helpers import GPU_NODES
+
+    if not any(os.path.exists(p) for p in GPU_NODES) or not import_hook.triton_installed():
+        return
+    when_triton_imported(lambda: _compile_at_start(settings))
+
+
+def _compile_at_start(settings: Settings) -> None:
+    from autotune_cache.triton import early
+
+    early.start(settings)
 
 
 def _engage(watch: bool, listen: bool) -> None:

@@ -35,6 +35,8 @@ class Settings:
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     compile_helpers: int = 0
+    compile_at_start: bool = True
+    switch_interval_us: int = 200
     all_kernels: bool = False
     deferred_tuning: bool = True
 
@@ -71,6 +73,9 @@ class Settings:
                             "(0 starts none)")
         if self.compile_workers < 1:
             raise FlagError(f"--autotune_compile_workers={self.compile_workers}: must be >= 1")
+        if not 0 <= self.switch_interval_us <= 1_000_000:
+            raise FlagError(f"--autotune_switch_interval_us={self.switch_interval_us}: must be "
+                            "between 0 (leave Python's own) and 1000000 microseconds")
 
 
 
@@ -247,6 +252,22 @@ FLAGS: tuple[_Flag, ...] = (
           "launches find them compiled; off (0): measured on an H100 they did not pay for "
           "themselves on Liger-Kernel's suite "
           "([pytest.md](pytest.md#compile-helpers))"),
+    _Flag("autotune_compile_at_start", "compile_at_start",
+          "[=true|false]  compile the loaded winners as kernels are defined (default true)",
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_compile_at_start=false",
+          "on a GPU machine, the loaded files' winners and warm-ups start compiling (into "
+          "Triton's compile cache, for the GPU model the files name) as the program defines "
+          "their kernels, before it first uses the GPU, instead of at the first launch "
+          "([triton.md](triton.md#compiling-ahead-at-start))"),
+    _Flag("autotune_switch_interval_us", "switch_interval_us",
+          "N  Python's thread switch interval while compiles run in the background (default 200)",
+          lambda f, v, env: _parse_int(f, v),
+          "--autotune_switch_interval_us=0",
+          "while the compile pool works, Python's thread switch interval in microseconds "
+          "(default 200; 0 leaves Python's 5000): a compile thread gives up the GIL in every "
+          "file write and native call and waits up to an interval to get it back from a busy "
+          "main thread ([triton.md](triton.md#compiling-ahead-at-start))"),
     _Flag("autotune_deferred_tuning", "deferred_tuning",
           "[=true|false]  a dump run on a GPU tunes its misses at its end (default true)",
           lambda f, v, env: _parse_bool(f, v),

@@ -190,7 +190,7 @@ def compile_all(directory: Path, index: int, mine: list[Work]
     compiled) as each ends, compiled None for one the test process claimed first (it compiles
     it itself: no marker)."""
     from autotune_cache.triton.device import current_device
-    from autotune_cache.triton.preload import _build_launcher
+    from autotune_cache.triton.preload_job import build_launcher
     from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 
     ensure_triton_cache_dir()  # where the test process's compiles go (sandbox.py)
@@ -207,7 +207,7 @@ def compile_all(directory: Path, index: int, mine: list[Work]
         compiled = False
         if device is not None and (recorded.name, recorded.arch) == (device.name, device.arch):
             try:
-                _build_launcher(resolve(kernel).preload(spec))
+                build_launcher(resolve(kernel).preload(spec))
                 compiled = True
             except Exception as e:  # noqa: BLE001 - the process compiles it and reports
                 log.warning("compile helper: %s: %s: %s", kernel, type(e).__name__, e)

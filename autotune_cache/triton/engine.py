@@ -27,7 +27,7 @@ from autotune_cache.cache import get_cache
 from autotune_cache.foundation.key import CacheKey
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.store.tuning import Resolved
-from autotune_cache.triton import deferred, preload, remote_compile, scheduler, warmups
+from autotune_cache.triton import deferred, early, preload, remote_compile, scheduler, warmups
 from autotune_cache.triton.configs import config_to_proto, has_extras
 from autotune_cache.triton.device import interpreter_active
 from autotune_cache.triton.problem import triton_style_key
@@ -99,8 +99,10 @@ def honour_cache_results() -> Path | None:
 
 
 def decorated(tuner: Any) -> None:
-    """The tuner has its final name: its compiles ahead start now if the process's have."""
+    """The tuner has its final name: its compiles ahead start now if the process's have (and,
+    before the first launch, the warm-ups of the plain kernels defined with it: early.py)."""
     preload.decorated(tuner)
+    early.decorated(tuner)
 
 
 def resolve(tuner: Tuner, args: Sequence[Any], kwargs: dict[str, Any],
@@ -120,7 +122,9 @@ def resolve(tuner: Tuner, args: Sequence[Any], kwargs: dict[str, Any],
         tuner.configs_timings = {}
         return pruned[0], False
     key = tuner.cache_key(pruned, all_args)
-    if preload.started(tuner) is None:  # once per tuner, at its first launch of a new problem
+    # Once per tuner, at its first launch of a new problem; and the first launch after an early
+    # start (early.py), which confirms its device.
+    if preload.started(tuner) is None or preload.unconfirmed():
         if interpreter_active():
             preload.not_preloading(tuner)
         else:

@@ -49,18 +49,18 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from autotune_cache.cache import Cache, get_cache
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.foundation import compile_helpers, env
+from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey, Device
-from autotune_cache.triton import process, scheduler
+from autotune_cache.triton import preload_job, process, scheduler
 from autotune_cache.triton.compile import failure_reason
 from autotune_cache.triton.fingerprint import jit_function
+from autotune_cache.triton.preload_job import in_preload
 from autotune_cache.triton.scheduler import CompileJob, Priority
 
 log = logging.getLogger(__name__)
@@ -100,11 +100,15 @@ class _Ahead:
     """The process's compile-ahead, started for one cache (a new cache starts a new one)."""
 
     cache: Cache
-    device: Device
+    device: Device | None  # None: started early, no loaded entry has named the device yet
     toolchain: Any
     entries_left: int
     bytes_left: int
     compiles_left: int
+    # Started before the first launch (early.py): its compiles are for this target, detached
+    # from the GPU driver (detached.py), until a launch confirms the device (`_ahead_for`).
+    early: bool = False
+    target: Any = None
     speculative_left: int = SPECULATIVE_MAX
     compiles: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
     # The same compiles by (JIT function, Triton's JIT key), for a launch to find (`awaiting`).
@@ -127,7 +131,6 @@ class _State:
         # Each tuner's preloads once started (at its first launch, or ahead of it).
         self.started: weakref.WeakKeyDictionary[AheadTuner, Preloads] = \
             weakref.WeakKeyDictionary()
-        self.local = threading.local()
 
 
 def _state() -> _State:
@@ -159,16 +162,76 @@ def decorated(tuner: AheadTuner) -> None:
         current = state.ahead
         if current is None or tuner in state.started:
             return
-        try:
-            cache = get_cache()
-        except Exception:  # noqa: BLE001 - bad flags: the launch reports them
-            return
-        if cache is current.cache:
-            preloads, new = _scan_ahead(current, tuner)
-            if preloads:
-                state.started[tuner] = preloads
-            for job in new:
-                _queue(job)
+        if not current.early:
+            try:
+                cache = get_cache()
+            except Exception:  # noqa: BLE001 - bad flags: the launch reports them
+                return
+            if cache is not current.cache:
+                return
+        preloads, new = _scan_ahead(current, tuner)
+        if preloads:
+            state.started[tuner] = preloads
+        for job in new:
+            _queue(job)
+
+
+def start_early(cache: Cache) -> bool:
+    """Start the compile-ahead of `cache` before any launch (early.py), unless one has started;
+    whether this call started it. The device is not known yet: the first loaded entries
+    scanned name it (`early_device`). Tuners built before now are scanned at once."""
+    state = _state()
+    with state.lock:
+        if state.ahead is not None:
+            return False
+        state.ahead = _Ahead(cache, None, (), AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX,
+                             early=True)
+        pool = scheduler.scheduler(cache.settings.compile_workers)
+        pool.switch_interval_us = cache.settings.switch_interval_us
+        built = [t for _, t in sorted(state.tuners.items()) if t not in state.started]
+    for tuner in built:
+        decorated(tuner)
+    return True
+
+
+def early_device(name: str) -> tuple[Device, Any] | None:
+    """The early compile-ahead's device and toolchain, picked from the loaded entries of kernel
+    `name` if no entry named it yet (detached.py `pick`); None when there is no early
+    compile-ahead, or no device to pick."""
+    state = _state()
+    with state.lock:
+        current = state.ahead
+        if current is None or not current.early:
+            return None
+        if current.device is None and not _pick_device(current, name):
+            return None
+        assert current.device is not None
+        return current.device, current.toolchain
+
+
+def _pick_device(ahead: _Ahead, name: str) -> bool:
+    """Name the early compile-ahead's device after kernel `name`'s loaded entries (one NVIDIA
+    device this machine lists); whether it did."""
+    from autotune_cache.triton import detached
+    from autotune_cache.triton.device import toolchain
+
+    cost = _fits(ahead, name)
+    if cost is None:
+        return False
+    try:
+        loaded = ahead.cache.loaded_entries(name, max_entries=cost[0],
+                                            max_unparsed_bytes=cost[1])
+    except AutotuneCacheError:
+        return False
+    device = detached.pick((k.device for k, e in loaded if e.result.triton_specialization),
+                           detached.visible_models())
+    target = None if device is None else detached.target_of(device)
+    if device is None or target is None:
+        return False
+    ahead.device, ahead.target = device, target
+    ahead.toolchain = tuple(sorted(toolchain(device).items()))
+    log.debug("autotune_cache: compiling ahead from the start for %s", device)
+    return True
 
 
 def first_launch(tuner: AheadTuner, key: CacheKey, cache: Cache) -> Preloads:
@@ -178,15 +241,24 @@ def first_launch(tuner: AheadTuner, key: CacheKey, cache: Cache) -> Preloads:
     state = _state()
     with state.lock:
         found = state.started.get(tuner)
-        if found is not None:  # started by the compile-ahead meanwhile
+        early = state.ahead if state.ahead is not None and state.ahead.early else None
+        if found is not None and early is None:  # started by the compile-ahead meanwhile
             return found
         current = _ahead_for(state, cache, key.device, key.toolchain)
-        own = state.started[tuner] = _scan_launched(current, tuner, key)
+        if found is None or current is not early:  # (the early start's guess did not hold)
+            found = _scan_launched(current, tuner, key)
+        own = state.started[tuner] = found
         if not current.tuners_started:
             current.tuners_started = True
             _start_others(state, current,
                           [t for _, t in sorted(state.tuners.items()) if t is not tuner])
         return own
+
+
+def unconfirmed() -> bool:
+    """Whether the compile-ahead started early and no launch has confirmed its device yet."""
+    found = process.current().compile_ahead
+    return found is not None and found.ahead is not None and found.ahead.early
 
 
 def not_preloading(tuner: AheadTuner) -> None:
@@ -205,15 +277,29 @@ def wait(job: CompileJob | None) -> None:
 def _ahead_for(state: _State, cache: Cache, device: Device, toolchain: Any) -> _Ahead:
     """The compile-ahead of `cache`, started now if it has not been (the caller holds the
     lock); one started for another cache is replaced (its queued compiles still run)."""
-    if state.ahead is not None and state.ahead.cache is cache:
-        return state.ahead
+    found = state.ahead
+    if found is not None and found.early and found.device in (None, device) \
+            and found.toolchain in ((), toolchain) \
+            and found.cache.settings.load_from == cache.settings.load_from:
+        # The launch confirms the early start's device: its compiles go on for this cache,
+        # and those queued from now on are filed into the JIT functions as usual.
+        found.cache, found.device, found.toolchain = cache, device, toolchain
+        found.early, found.target = False, None
+        scheduler.scheduler(cache.settings.compile_workers).switch_interval_us = None
+        _start_driver()
+        return found
+    if found is not None and found.cache is cache and not found.early:
+        return found
+    if found is not None and found.early:
+        state.started.clear()  # their compiles were for the device the early start guessed
     state.ahead = _Ahead(cache, device, toolchain, AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX)
-    scheduler.scheduler(cache.settings.compile_workers)
+    scheduler.scheduler(cache.settings.compile_workers).switch_interval_us = None
     _start_driver()
     return state.ahead
 
 
-def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bool) -> int:
+def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bool,
+            early: bool = False) -> int:
     """Queue the compiles of the loaded warm-up entries (triton/warmups.py) matching `like`'s
     kernel, source fingerprint, device and toolchain into the plain JIT function `jit_fn`, under
     the one-kernel caps and what is left of the compile-ahead's, each xdist worker from its own
@@ -221,12 +307,18 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bo
 
     `compile_cache_only` (a dump run): each compile fills Triton's compile cache and nothing
     else, so that the launch that needs it still goes through Triton's compile path, where the
-    dump records it, and finds its binary there (see `_preload`). The kernel's entries of this
+    dump records it, and finds its binary there (see preload_job.py). The kernel's entries of this
     device under another source or toolchain are then queued too, at SPECULATIVE priority and
-    on their own budget (`_recorded` says why)."""
+    on their own budget (`_recorded` says why). `early`: a scan of the early start (early.py),
+    whose device `like` names: queued on it, never starting another."""
     state = _state()
     with state.lock:
-        current = _ahead_for(state, cache, like.device, like.toolchain)
+        if early:
+            current = state.ahead
+            if current is None or current.cache is not cache:
+                return 0
+        else:
+            current = _ahead_for(state, cache, like.device, like.toolchain)
         cost = _fits(current, like.kernel)
         if cost is None:
             return 0
@@ -260,10 +352,6 @@ def jit_key_of(specialization: str) -> str | None:
     return json.dumps(key)
 
 
-def in_preload() -> bool:
-    """Whether the calling thread is compiling a preload now."""
-    state = process.current().compile_ahead
-    return state is not None and getattr(state.local, "preloading", False)
 
 
 def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
@@ -318,8 +406,9 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
         if found is None:
             if len(new) >= limit:
                 continue
-            found = CompileJob(_compiling(jit_fn, spec, compile_cache_only, speculative), priority,
-                               label=spec)
+            found = CompileJob(preload_job.work(jit_fn, spec, compile_cache_only, speculative,
+                                          ahead.target), priority, label=spec,
+                               prime=ahead.target is None)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)
@@ -348,13 +437,14 @@ def _scan_ahead(ahead: _Ahead, tuner: AheadTuner) -> tuple[Preloads, list[Compil
     jit_fn = jit_function(tuner.fn)
     name = tuner.kernel_name
     cost = None if jit_fn is None else _fits(ahead, name)
-    if cost is None:
+    if cost is None or (ahead.device is None and not _pick_device(ahead, name)):
         return {}, []
     try:
         fingerprint = tuner.source_fingerprint_now()
     except Exception as e:  # noqa: BLE001 - the launch computes (and reports) its own
         log.debug("autotune_cache: no preload of %s: %s", name, failure_reason(e))
         return {}, []
+    assert ahead.device is not None
     like = CacheKey(kernel=name, source_fingerprint=fingerprint, configs_fingerprint="",
                     problem={}, device=ahead.device, toolchain=ahead.toolchain)
     return _take(ahead, jit_fn, like, *cost)
@@ -436,114 +526,3 @@ def _start_driver() -> None:
         driver.active  # noqa: B018 (the property creates the driver)
     except Exception as e:
         log.debug("autotune_cache: starting Triton's driver failed: %s", failure_reason(e))
-
-
-def _compiling(jit_fn: Any, specialization: str, compile_cache_only: bool,
-               speculative: bool = False) -> Callable[[], bool]:
-    """The job's work: `_preload` of this specialization into `jit_fn`. A speculative one (no
-    launch awaits it) that a compile helper planned is left to the helper altogether: it only
-    fills the compile cache, which the helper does, and waiting for it would hold a pool thread
-    that a tuning's candidates may need."""
-    def work() -> bool:
-        if speculative and compile_helpers.planned(specialization):
-            return False
-        return _preload(jit_fn, specialization, compile_cache_only)
-
-    return work
-
-
-# The JIT key a compile-cache-only preload is filed under in the JIT function's in-memory cache
-# for the moment it is there: no launch ever looks it up.
-_APART = "autotune_cache:compile-cache-only:"
-
-
-def _preload(jit_fn: Any, specialization: str, compile_cache_only: bool = False) -> bool:
-    """Compile one recorded specialization into `jit_fn`'s kernel cache, and build its launcher;
-    whether it compiled (never raises).
-
-    `compile_cache_only`: the kernel ends up in Triton's compile cache (TRITON_CACHE_DIR) only.
-    It is compiled under a JIT key no launch looks up and then dropped from the JIT function's
-    memory, so no launch can take it from there unseen, not even one racing this thread: the
-    launch that needs it misses in memory, Triton calls its jit_cache_hook (where a dump run
-    records the warm-up) and compiles it, a compile-cache hit (no code generation, no ptxas)."""
-    apart = _filed_apart(specialization) if compile_cache_only else None
-    if compile_cache_only and apart is None:
-        log.debug("autotune_cache: no preload of %s: its specialization data is not a JSON "
-                  "object", getattr(jit_fn, "__name__", jit_fn))
-        return False
-    # A compile helper with this specialization in its plan compiles it into the compile cache
-    # (foundation/compile_helpers.py): wait for it, and the preload below is a compile-cache hit.
-    compile_helpers.settle(specialization)
-    local = _state().local
-    local.preloading = True
-    try:
-        # Compiled here and now, even on a thread inside an AsyncCompileMode (a launch in a
-        # candidate's pre_hook that runs a queued preload itself): its FutureKernel would be
-        # filed into the JIT function's memory at the mode's end, after `_forget`.
-        with _no_async_compile():
-            kernel = jit_fn.preload(specialization if apart is None else apart[0])
-    except Exception as e:  # a foreign or stale record: the launch compiles as usual
-        log.debug("autotune_cache: preloading %s failed: %s",
-                  getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
-        return False
-    finally:
-        local.preloading = False
-        if apart is not None:
-            _forget(jit_fn, apart[1])
-    _build_launcher(kernel)
-    return True
-
-
-@contextlib.contextmanager
-def _no_async_compile() -> Iterator[None]:
-    """No AsyncCompileMode on this thread for the duration (a Triton without it: nothing)."""
-    try:
-        from triton.runtime import _async_compile
-    except ImportError:
-        yield
-        return
-    token = _async_compile.active_mode.set(None)
-    try:
-        yield
-    finally:
-        _async_compile.active_mode.reset(token)
-
-
-def _filed_apart(specialization: str) -> tuple[str, str] | None:
-    """The specialization data with its JIT key replaced by one no launch looks up, and that
-    key; None when the data is not a JSON object (its preload fails and says why)."""
-    try:
-        data = json.loads(specialization)
-    except (ValueError, TypeError, RecursionError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    data["key"] = apart = _APART + json.dumps(data.get("key"))
-    return json.dumps(data), apart
-
-
-def _forget(jit_fn: Any, jit_key: str) -> None:
-    """Drop what `jit_fn` filed under `jit_key` from its in-memory kernel caches (every
-    device's: Triton keeps one per device)."""
-    try:
-        for caches in list(jit_fn.device_caches.values()):
-            caches[0].pop(jit_key, None)
-    except (AttributeError, TypeError, IndexError, KeyError) as e:  # another Triton's layout
-        log.debug("autotune_cache: dropping a compile-cache-only preload: %s", e)
-
-
-def _build_launcher(kernel: Any) -> None:
-    """Build the compiled kernel's launcher, which Triton otherwise builds at its first launch,
-    on the launching thread: a C module compiled with the host compiler (about 0.2 s per kernel
-    signature on the H200 host with an empty compile cache: 2.4 s of a loaded FLA suite's tests)
-    and filed in TRITON_CACHE_DIR, where the first launch finds it. Only the build: the
-    kernel's own handles (its module loaded on the GPU) are left to that launch, so nothing
-    here touches the device. Never raises."""
-    try:
-        if kernel is None or getattr(kernel, "_run", None) is not None:
-            return
-        from triton.runtime import driver
-
-        driver.active.launcher_cls(kernel.src, kernel.metadata)
-    except Exception as e:  # another Triton's internals: the first launch builds it
-        log.debug("autotune_cache: building a launcher ahead failed: %s", failure_reason(e))

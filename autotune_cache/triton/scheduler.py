@@ -23,6 +23,14 @@ is then run by whoever waits for it (or by no one: work ahead of need is only ev
 start). A forked child gets a new scheduler (process.py); a job of the parent's that a child
 waits for and that the parent had started raises `CancelledError`.
 
+While any worker compiles, Python's thread switch interval is --autotune_switch_interval_us
+(200 us; Python's own is 5 ms), and back to what it was when the last one ends
+(docs/decisions/0034-switch-interval-while-compiling.md): a compile thread gives up the GIL in
+every file write and native call, and a busy main thread (a conftest.py importing a library,
+a test) kept it for up to 5 ms each time. On the CPU machine 8 compiles beside a busy main
+thread took 4.3 s at 5 ms and 1.3 s at 200 us, the main thread's own work 12 % longer either
+way (bench/switch_interval.py).
+
 Before this module each of four features built its own thread pool, with no shared priorities:
 a launch could wait behind a queue of compiles ahead of need that nobody had asked for yet.
 """
@@ -53,6 +61,8 @@ HOLD_TIMEOUT_S = 60.0
 # plain Triton's run, beside the tunings' candidates compiling in the background. A job a
 # launch waits for that no worker has started runs on the launch's thread, at its priority.
 WORKER_NICENESS = 5
+# --autotune_switch_interval_us when no cache is configured yet (a compile ahead at start).
+DEFAULT_SWITCH_INTERVAL_US = 200
 
 
 class Priority(enum.IntEnum):
@@ -114,11 +124,15 @@ def _set_nice(value: int | None) -> None:
 class CompileJob(Future):  # type: ignore[type-arg]
     """One compile: a `Future` that whoever waits for it runs when no worker has started it."""
 
-    def __init__(self, fn: Callable[[], Any], priority: Priority, label: str = "") -> None:
+    def __init__(self, fn: Callable[[], Any], priority: Priority, label: str = "",
+                 prime: bool = True) -> None:
         super().__init__()
         self.fn = fn
         self.priority = priority
         self.label = label  # what it compiles, for logs and tests
+        # Whether Triton is primed for the current device first (`_prime_triton`); a compile
+        # that must not start the GPU driver (detached.py) primes for its own target.
+        self.prime = prime
         self.pid = os.getpid()
         self._claim_lock = threading.Lock()
         self._claimed = False
@@ -131,7 +145,8 @@ class CompileJob(Future):  # type: ignore[type-arg]
             self._claimed = True
         if not self.set_running_or_notify_cancel():
             return False
-        _prime_triton()
+        if self.prime:
+            _prime_triton()
         try:
             value = self.fn()
         except BaseException as e:  # noqa: BLE001 - the waiter sees it, as with any Future
@@ -175,6 +190,10 @@ class CompileScheduler:
         self._worker_nice: int | None = None
         self._stopping = False
         self._exit_hook = False
+        # The switch interval while workers compile (None: the configured cache's flag), and
+        # the one it replaced with the value we set, while ours is in force.
+        self.switch_interval_us: int | None = None
+        self._switched: tuple[float, float] | None = None
 
     # ----- configuration --------------------------------------------------------------------
 
@@ -284,13 +303,39 @@ class CompileScheduler:
                         return
                     self._cond.wait()
                     job = self._next()
+                if not any(self._running.values()):
+                    self._switch_fast()
                 self._running[job.priority] += 1
             try:
                 job.run()
             finally:
                 with self._cond:
                     self._running[job.priority] -= 1
+                    if not any(self._running.values()):
+                        self._switch_back()
                     self._cond.notify_all()
+
+    def _switch_fast(self) -> None:
+        """The first job in flight: shorten Python's switch interval to ours, unless it is
+        shorter already (the caller holds _cond)."""
+        wanted = self.switch_interval_us
+        if wanted is None:
+            wanted = _configured_switch_interval_us()
+        before = sys.getswitchinterval()
+        if wanted <= 0 or wanted / 1e6 >= before:
+            return
+        sys.setswitchinterval(wanted / 1e6)
+        self._switched = (before, sys.getswitchinterval())
+
+    def _switch_back(self) -> None:
+        """No job in flight: put the switch interval back, unless the program set one of its
+        own meanwhile (the caller holds _cond)."""
+        if self._switched is None:
+            return
+        before, ours = self._switched
+        self._switched = None
+        if sys.getswitchinterval() == ours:
+            sys.setswitchinterval(before)
 
     def stop(self) -> None:
         """Let the workers end after their current job (interpreter exit); queued jobs stay for
@@ -322,6 +367,14 @@ class Lane:
                 seconds[index] = time.perf_counter() - started
 
         return self.scheduler.submit(timed, self.priority)
+
+
+def _configured_switch_interval_us() -> int:
+    """--autotune_switch_interval_us of the process cache, if one is configured."""
+    from autotune_cache.cache import installed_cache
+
+    found = installed_cache()
+    return DEFAULT_SWITCH_INTERVAL_US if found is None else found.settings.switch_interval_us
 
 
 def scheduler(workers: int | None = None) -> CompileScheduler:

@@ -142,6 +142,15 @@ def start(cache: Cache) -> None:
         _scan(state)
 
 
+def scan_early(cache: Cache, device: Device, chain: tuple[tuple[str, str], ...]) -> None:
+    """The early start (early.py): queue the loaded warm-ups of `cache` (its read-only view of
+    the loaded files) of the plain JIT functions defined so far, for `device` and `chain`, the
+    device the loaded entries name and its toolchain (the GPU is not asked)."""
+    state = _current(cache)
+    if state.load:
+        _scan(state, early=(device, chain))
+
+
 def _current(cache: Cache | None = None) -> _Process:
     """This process's warm-up state for the process cache (`cache`, else the process cache)."""
     if cache is None:
@@ -239,10 +248,12 @@ def _triton_tuner_above(frame: Any) -> Any:
 
 # ----- loading --------------------------------------------------------------------------------
 
-def _scan(state: _Process) -> None:
+def _scan(state: _Process,
+          early: tuple[Device, tuple[tuple[str, str], ...]] | None = None) -> None:
     """Queue the warm-ups of every loaded kernel name that resolves, now, to a plain JIT
     function; the first call takes every loaded name, later ones only those still unresolved,
-    and only when a module was imported since."""
+    and only when a module was imported since. `early`: the early start's device and toolchain
+    (scan_early), instead of the current device's."""
     with process.current().made("warmups", _Current).lock:
         if not state.started:
             state.started = True
@@ -260,7 +271,7 @@ def _scan(state: _Process) -> None:
         for name, jit_fn in sorted(found.items()):
             if jit_fn is None or is_tuned(jit_fn):
                 continue
-            device, chain = _device(state)
+            device, chain = early or _device(state)
             try:
                 fingerprint = _fingerprint(state, jit_fn)
             except Exception as e:  # noqa: BLE001 - its launch compiles as usual
@@ -269,7 +280,8 @@ def _scan(state: _Process) -> None:
             like = CacheKey(kernel=name, source_fingerprint=fingerprint,
                             configs_fingerprint=WARMUP_CONFIGS, problem={}, device=device,
                             toolchain=chain)
-            queued += preload.warm_up(state.cache, jit_fn, like, compile_cache_only=state.record)
+            queued += preload.warm_up(state.cache, jit_fn, like, compile_cache_only=state.record,
+                                      early=early is not None)
         if queued:
             state.cache.stats.warmups_queued(queued)
             log.debug("autotune_cache: compiling %d plain JIT specializations ahead", queued)

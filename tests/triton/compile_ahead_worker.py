@@ -6,6 +6,7 @@ and their entries, with the winners' recorded specializations, saved to PATH.
 `load PATH`: a fresh process loads them; the first kernel's hit starts compiling the second
 kernel's winner through `JITFunction.preload`; the second kernel's hit then compiles nothing.
 A third argument `qualified` names the kernels `module.qualname` in their keys.
+`early PATH`: the compile-ahead from the start (triton/early.py) on PATH's winners, then a launch.
 `helper DIR`: a compile helper (autotune_cache/triton/compile_helper.py) run on DIR's job, with
 the same compile-only driver and device; prints its markers ({digest: "" compiled, "-" left}).
 Prints one JSON line of counts.
@@ -13,6 +14,7 @@ Prints one JSON line of counts.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import sys
@@ -26,7 +28,7 @@ import autotune_cache.triton.autotuner as autotuner_module  # noqa: E402
 import autotune_cache.triton.tune as tune_module  # noqa: E402
 from autotune_cache import Device, Settings, configure, get_cache  # noqa: E402
 from autotune_cache.formats import save_results  # noqa: E402
-from autotune_cache.triton import autotune, preload  # noqa: E402
+from autotune_cache.triton import autotune, preload, preload_job  # noqa: E402
 from tests.triton import kernels  # noqa: E402
 from tests.triton.compile_worker import LAUNCHERS, CompileOnlyDriver  # noqa: E402
 
@@ -71,10 +73,58 @@ def helper(directory: str) -> None:
     print(json.dumps({"markers": markers, "launchers": sorted(n for n, _ in LAUNCHERS)}))
 
 
+def early(path: str) -> None:
+    """The compile-ahead from the start (autotune_cache/triton/early.py), asked for directly (a
+    CPU machine has no GPU device node): the loaded winners compile for the device the file
+    names as the tuners are decorated, without the GPU driver (here none could start); then
+    the first launch, with the driver up, confirms the device and loads each binary from the
+    compile cache."""
+    from autotune_cache.triton import early, scheduler
+
+    early.start(Settings(load_from=(path,), compile_workers=2))
+    intervals: list[float] = []
+    original = preload_job.compile_detached
+
+    def watched(*args, **kwargs):  # the switch interval while a job compiles
+        intervals.append(sys.getswitchinterval())
+        return original(*args, **kwargs)
+
+    preload_job.compile_detached = watched
+    add, acc = (autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
+        fn, kernel_name=f"{fn.__module__}.{fn.__name__}")
+        for fn in (kernels.add_kernel, kernels.accumulate_kernel))
+    jobs = [j for t in (add, acc) for j in (preload.started(t) or {}).values()]
+    concurrent.futures.wait(jobs, timeout=120)  # the pool runs them all (no waiter runs one)
+    compiled = [j.result() for j in jobs]
+    pool = scheduler.scheduler()
+    with pool._cond:
+        pool._cond.wait_for(lambda: not any(pool._running.values()), timeout=60)
+    driver_before = driver._default is not None or driver._active is not None
+    ahead = preload.ahead()
+    guessed = str(ahead.device) if ahead is not None and ahead.device is not None else None
+    driver.set_active(CompileOnlyDriver())
+    autotuner_module.current_device = lambda: FAKE_GPU
+    tune_module.device_identity = lambda: "fake-gpu"
+    configure(Settings(load_from=(path,), require_complete=True, compile_workers=2))
+    x = torch.empty(256)
+    add_compiles = counting(kernels.add_kernel)
+    best, tuned = select(add, (x, x, x, 256))
+    add.fn.run(x, x, x, 256, grid=None, warmup=True, **add.launch_kwargs_of(best))  # the launch
+    ahead = preload.ahead()
+    print(json.dumps({
+        "jobs": len(jobs), "compiled": compiled, "driver_before_launch": driver_before,
+        "guessed": guessed, "interval_while_compiling": sorted(set(intervals)),
+        "interval_after": sys.getswitchinterval(), "confirmed": not ahead.early,
+        "tuned": tuned, "launch_compiles": len(add_compiles)}))
+
+
 def main() -> None:
     phase, path = sys.argv[1], sys.argv[2]
     if phase == "helper":
         helper(path)
+        return
+    if phase == "early":
+        early(path)
         return
     driver.set_active(CompileOnlyDriver())
     autotuner_module.current_device = lambda: FAKE_GPU

@@ -116,15 +116,15 @@ def test_a_speculative_preload_a_helper_planned_is_left_to_the_helper(monkeypatc
     not compiled in the process at all, nor waited for; one no helper planned, and any preload a
     launch may await, still runs (the latter after `settle`)."""
     from autotune_cache.foundation import compile_helpers
-    from autotune_cache.triton import preload
+    from autotune_cache.triton import preload_job
 
     calls: list[str] = []
-    monkeypatch.setattr(preload, "_preload",
+    monkeypatch.setattr(preload_job, "preload_into",
                         lambda fn, spec, cache_only: calls.append(spec) or True)
     monkeypatch.setattr(compile_helpers, "planned", lambda spec: spec == "planned")
-    assert preload._compiling(None, "planned", True, speculative=True)() is False
-    assert preload._compiling(None, "other", True, speculative=True)() is True
-    assert preload._compiling(None, "planned", True)() is True
+    assert preload_job.work(None, "planned", True, speculative=True)() is False
+    assert preload_job.work(None, "other", True, speculative=True)() is True
+    assert preload_job.work(None, "planned", True)() is True
     assert calls == ["other", "planned"]
 
 

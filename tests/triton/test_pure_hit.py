@@ -22,7 +22,7 @@ import pytest
 from autotune_cache import get_cache
 from autotune_cache.formats import load_results, serialize_results
 from autotune_cache.triton import autotuner as autotuner_module
-from autotune_cache.triton import engine, preload
+from autotune_cache.triton import engine, preload, preload_job
 from tests.triton import kernels
 
 TABLE = {16: 4.0, 32: 2.0, 64: 1.5, 128: 3.0}
@@ -107,7 +107,7 @@ def test_compiling_the_winners_ahead_uses_only_the_compile_pool(use_cache, fake,
         return True
 
     monkeypatch.setattr(engine, "interpreter_active", lambda: False)
-    monkeypatch.setattr(preload, "_preload", fake_compile)
+    monkeypatch.setattr(preload_job, "preload_into", fake_compile)
     # The interpreter's JIT function cannot preload; a GPU's can.
     monkeypatch.setattr(preload, "jit_function", lambda fn: kernels.add_kernel)
     use_cache(load_from=(results,), require_complete=True, compile_workers=2)

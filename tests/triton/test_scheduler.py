@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from autotune_cache.triton import preload, process, scheduler
+from autotune_cache.triton import preload, preload_job, process, scheduler
 from autotune_cache.triton.scheduler import Priority
 from tests.triton import kernels
 from tests.triton.test_compile_ahead import (  # noqa: F401 - isolated: an autouse fixture
@@ -27,7 +27,7 @@ from tests.triton.test_compile_ahead import (  # noqa: F401 - isolated: an autou
 
 def test_a_hit_runs_a_compile_not_started_yet_itself_once():
     stub = StubJit(kernels.add_kernel)
-    job = scheduler.CompileJob(lambda: preload._preload(stub, "{}"), Priority.AHEAD)
+    job = scheduler.CompileJob(lambda: preload_job.preload_into(stub, "{}"), Priority.AHEAD)
     preload.wait(job)  # no worker took it: the waiting launch compiles it
     assert job.run() is False  # a worker's turn, later: nothing to do
     preload.wait(job)
@@ -39,7 +39,7 @@ def test_no_compile_starts_while_a_tuning_benchmarks():
     pool = scheduler.CompileScheduler().size(1)
     try:
         with pool.held():
-            job = pool.submit(lambda: preload._preload(stub, "{}"), Priority.AHEAD)
+            job = pool.submit(lambda: preload_job.preload_into(stub, "{}"), Priority.AHEAD)
             time.sleep(0.2)
             assert stub.preloaded == [] and not job.started()
         concurrent.futures.wait([job], timeout=30)

@@ -1,0 +1,154 @@
+"""Compiling a recorded specialization without the GPU: for the compile-ahead at start (early.py).
+
+Triton's own way in, `JITFunction.preload`, asks the active driver for the current device and
+its target, which starts the GPU driver (CUDA's, through torch). Before the program first uses
+the GPU that must not happen: a conftest.py may still set CUDA_VISIBLE_DEVICES, and a process
+that forks after CUDA has started cannot use the GPU in the child. So the compile here is
+`JITFunction.preload`'s own steps with the target given instead of asked for:
+
+* the target is the one the loaded entries' device names: `sm_90` is `GPUTarget("cuda", 90,
+  32)` (NVIDIA only; other arches are left to the launch). `pick` chooses that device among
+  the NVIDIA models the kernel driver lists in /proc/driver/nvidia/gpus, a file read that
+  starts nothing;
+* `triton.compile(ASTSource(jit_fn, ...), target=..., options=...)` fills Triton's compile cache
+  under the key a launch computes for the same specialization on that target, and nothing
+  else: the kernel is not filed in the JIT function's memory, so the launch that needs it
+  misses there, runs Triton's compile (its hooks too) and loads the binary from the compile
+  cache, as Triton's best case, a warm compile cache, does;
+* the launcher (the C module each kernel signature needs) and Triton's CUDA utilities module
+  are built into the compile cache too, by the backend's own classes (loading them starts
+  nothing on the GPU).
+
+A wrong guess costs only CPU time: a binary for another target, or under environment variables
+the program changes later, is never found by a launch, which compiles as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from autotune_cache.foundation.key import Device
+
+log = logging.getLogger(__name__)
+
+# The kernel driver's list of NVIDIA GPUs: one directory per GPU, with a `Model:` line.
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+_ARCH_RE = re.compile(r"sm_(\d+)")
+
+_prime_lock = threading.Lock()
+_primed: set[int] = set()
+
+
+def visible_models(root: str = PROC_GPUS) -> set[str] | None:
+    """The NVIDIA GPU models the kernel driver lists (`NVIDIA H100 80GB HBM3`), or None when it
+    lists none or cannot be read (a container without /proc/driver/nvidia)."""
+    models: set[str] = set()
+    for info in glob.glob(os.path.join(root, "*", "information")):
+        try:
+            with open(info, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    name, sep, value = line.partition(":")
+                    if sep and name.strip() == "Model":
+                        models.add(value.strip())
+        except OSError:
+            continue
+    return models or None
+
+
+def target_of(device: Device) -> Any | None:
+    """Triton's compile target for a recorded NVIDIA device (`sm_90`), else None."""
+    match = _ARCH_RE.fullmatch(device.arch)
+    if match is None:
+        return None
+    try:
+        from triton.backends.compiler import GPUTarget
+    except ImportError:
+        return None
+    return GPUTarget("cuda", int(match.group(1)), 32)
+
+
+def pick(devices: Iterable[Device], models: set[str] | None) -> Device | None:
+    """The one NVIDIA device among `devices` (the loaded entries') this machine may run, or
+    None when there is none or more than one: a device must be one of `models` when the kernel
+    driver lists any; a file of several devices on a machine that lists none is left to the
+    first launch."""
+    found = {d for d in devices if _ARCH_RE.fullmatch(d.arch)
+             and (models is None or d.name in models)}
+    return found.pop() if len(found) == 1 else None
+
+
+def prime(target: Any) -> None:
+    """Once per target and process, on one thread: what every compile's cache key starts with
+    (scheduler.py `_prime_triton` says why), and Triton's CUDA utilities module built into the
+    compile cache (the driver builds it when it starts: about 0.4 s with an empty cache)."""
+    arch = getattr(target, "arch", 0)
+    if arch in _primed:
+        return
+    with _prime_lock:
+        if arch in _primed:
+            return
+        try:
+            from triton.compiler.compiler import make_backend
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+            make_backend(target).hash()
+            _nvidia_driver_module().CudaUtils()
+        except Exception as e:  # noqa: BLE001 - only a head start; the compile says what fails
+            log.debug("autotune_cache: priming Triton for %s failed: %s", target, e)
+        finally:
+            _primed.add(arch)
+
+
+def _nvidia_driver_module() -> Any:
+    from triton.backends.nvidia import driver
+
+    return driver
+
+
+def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any:
+    """Compile the recorded `specialization` (Triton's preload JSON) of `jit_fn` for `target`
+    into Triton's compile cache, and build its launcher there; the compiled kernel. Raises what
+    Triton raises (a record of another kernel, a compile error)."""
+    import triton
+    import triton.language as tl
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    data = json.loads(specialization)
+    if data.get("name") != getattr(jit_fn, "_fn_name", data.get("name")):
+        raise RuntimeError(f"the record is of {data.get('name')!r}, not of {jit_fn._fn_name!r}")
+    constexprs = {
+        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
+                     else tl.constexpr(value["constexpr"])
+                     if isinstance(value, dict) and "constexpr" in value else value)
+        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
+    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
+    signature = {key: _tuples(value) for key, value in data["signature"].items()}
+    options = {key: tuple(value) if isinstance(value, list) else value
+               for key, value in data["options"].items()}
+    options = make_backend(target).parse_options(options)
+    source = ASTSource(jit_fn, signature, constexprs, attrs)
+    kernel = triton.compile(source, target=target, options=options.__dict__)
+    build_launcher(kernel)
+    return kernel
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back to the tuples Triton's signatures hold (as `JITFunction.preload`)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def build_launcher(kernel: Any) -> None:
+    """Build `kernel`'s launcher into the compile cache with the NVIDIA backend's own class,
+    without the driver; a failure is left to the first launch."""
+    with contextlib.suppress(Exception):
+        _nvidia_driver_module().CudaLauncher(kernel.src, kernel.metadata)

@@ -1,0 +1,88 @@
+"""Compiling ahead from the start: the loaded winners and warm-ups compile as the program defines
+their kernels, before its first launch.
+
+Why. A CI sandbox has nothing warm but the committed file, which lists every kernel and
+specialization the suite compiles. Started at the first launch (preload.py), those compiles ran
+while the first tests waited: on an H100, Liger-Kernel's loaded suite spent 5.7 s in its tests
+against 0.9 s for Triton with a warm compile cache, after 10 s of conftest.py imports during
+which nothing compiled. Started here, they run during those imports.
+
+When. `start(settings)` is asked for by startup.py for every configuration that loads files
+(the pytest plugin's, at pytest_load_initial_conftests, before conftest.py files import the
+libraries; a configured cache's; AUTOTUNE_FLAGS') and runs right after the program's own
+`import triton`, never before (a conftest.py may set TRITON_INTERPRET first). It starts only
+where it can help: --autotune_compile_at_start (on by default), a GPU device node, Triton not
+interpreting, no remote compile cache (whose binaries the process reads instead).
+
+What, without the GPU. A read-only view of the loaded files (a `Cache` of those files alone,
+so nothing is configured for the program) and the compile-ahead started for it
+(`preload.start_early`): each kernel our tuners drive queues its winners as it is decorated
+(engine.py calls `decorated`), and `scan` queues the warm-ups of the plain JIT functions
+defined so far, at each decoration and when pytest has collected. The device is the one the
+loaded entries name, among the GPU models the kernel driver lists (detached.py `pick`), and the
+compiles go into Triton's compile cache only, for that device's target, without starting the
+GPU driver (detached.py). At the first launch the real device confirms the guess, or the
+compile-ahead starts again for the real one (preload.py `_ahead_for`), and a launch whose
+kernel is still compiling waits for it.
+
+What it costs the program: CPU time on the pool's threads (nicer than the program's) during its
+imports, and the main thread's share of the GIL that the compiles take
+(docs/decisions/0035-compiling-ahead-from-the-start.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autotune_cache.cache import Cache
+from autotune_cache.config.flags import Settings
+from autotune_cache.triton import preload, warmups
+from autotune_cache.triton.device import interpreter_active
+
+log = logging.getLogger(__name__)
+
+# How many loaded kernels `scan` looks at to name the device, when no tuner's entries have.
+DEVICE_PROBES = 8
+
+
+def start(settings: Settings) -> None:
+    """Start the compile-ahead of `settings`' loaded files now (Triton is imported), unless one
+    has started or Triton interprets. Never raises: a file that does not load is reported by
+    the configured cache."""
+    if interpreter_active():
+        return
+    try:
+        view = Cache(Settings(load_from=settings.load_from,
+                              compile_workers=settings.compile_workers,
+                              switch_interval_us=settings.switch_interval_us))
+    except Exception as e:  # noqa: BLE001 - the configured cache reports it
+        log.debug("autotune_cache: no compile ahead at start: %s", e)
+        return
+    if preload.start_early(view):
+        scan()
+
+
+def decorated(tuner: Any) -> None:
+    """A tuner was decorated: the plain JIT functions defined with it too."""
+    del tuner
+    scan()
+
+
+def scan() -> None:
+    """Queue the loaded warm-ups of the plain JIT functions defined so far, for the early start's
+    device (named now from the loaded entries, if no tuner's did); nothing without an early
+    start or once a launch has confirmed it (the warm-ups' own scan goes on from there)."""
+    ahead = preload.ahead()
+    if ahead is None or not ahead.early:
+        return
+    found = None
+    if ahead.device is None:
+        for name in sorted(ahead.cache.loaded_kernels())[:DEVICE_PROBES]:
+            found = preload.early_device(name)
+            if found is not None:
+                break
+    else:
+        found = ahead.device, ahead.toolchain
+    if found is not None:
+        warmups.scan_early(ahead.cache, *found)

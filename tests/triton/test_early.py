@@ -1,0 +1,226 @@
+"""Compiling ahead from the start (triton/early.py, detached.py) and the switch interval while the
+pool compiles (scheduler.py): the real compiler for sm_90 on this CPU machine, in subprocesses,
+and the decisions around it in process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotune_cache import Cache, CacheKey, Device, Settings
+from autotune_cache.formats import load_results, save_results
+from autotune_cache.triton import detached, preload, preload_job, scheduler
+from autotune_cache.triton.scheduler import Priority
+from tests.triton import kernels
+from tests.triton.test_compile_ahead import (  # noqa: F401 - isolated: an autouse fixture
+    StubJit,
+    isolated,
+    make_b,
+    spec,
+    write_results,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = Device(name="NVIDIA H100 80GB HBM3", arch="sm_90", sm_count=132)
+A100 = Device(name="NVIDIA A100-SXM4-80GB", arch="sm_80", sm_count=108)
+
+
+def _run(phase: str, path: Path, env: dict[str, str]) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.compile_ahead_worker", phase,
+                           str(path), "qualified"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cubins(cache: Path) -> set[str]:
+    return {p.parent.name for p in cache.rglob("*.cubin")}
+
+
+def test_the_winners_compile_as_kernels_are_decorated_without_the_gpu_driver(tmp_path):
+    """Triton's real compiler for sm_90 on a machine with no GPU, where Triton's driver cannot
+    start at all: started before the kernels are decorated, the early start compiles both
+    loaded winners into a fresh compile cache, under the keys a launch computes (the same
+    binaries as the tuning's), with Python's switch interval at 200 us and back to 5 ms after.
+    The first launch then confirms the guessed device and loads its winner from the compile
+    cache: no tuning, no new binary."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    results = tmp_path / "r.textproto"
+    _run("tune", results, env)
+    tuned = _cubins(tmp_path / "tc")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "fresh")  # a CI sandbox: nothing compiled yet
+    out = _run("early", results, env)
+    assert out["jobs"] == 2 and out["compiled"] == [True, True]
+    assert out["driver_before_launch"] is False
+    assert out["guessed"] == "Fake H100 / sm_90 / 132 SMs"
+    assert out["interval_while_compiling"] == [pytest.approx(0.0002)]
+    assert out["interval_after"] == pytest.approx(0.005)
+    assert out["confirmed"] is True and out["tuned"] is False
+    assert out["launch_compiles"] == 1  # Triton's own compile path, a compile-cache hit
+    fresh = _cubins(tmp_path / "fresh")
+    assert fresh < tuned and len(fresh) == 2  # the two winners of the tuning's four candidates
+
+
+def test_pick_takes_the_one_listed_nvidia_model_of_the_file(tmp_path):
+    """The device is the file's one NVIDIA device among the models the kernel driver lists;
+    none when several remain or none is listed there; a file of one device on a machine that
+    lists nothing (no /proc/driver/nvidia in the container) is taken as it is."""
+    gpus = tmp_path / "gpus"
+    for bus, model in (("0000:18:00.0", H100.name), ("0000:2a:00.0", H100.name)):
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(f"Model: \t\t {model}\nIRQ:   42\n")
+    models = detached.visible_models(str(gpus))
+    assert models == {H100.name}
+    assert detached.pick([H100, A100, H100], models) == H100
+    assert detached.pick([A100], models) is None
+    assert detached.pick([A100, H100], None) is None
+    assert detached.pick([A100], None) == A100
+    interp = Device(name="cpu-interpreter", arch="interpreter")
+    assert detached.pick([interp], None) is None
+    assert detached.visible_models(str(tmp_path / "none")) is None
+    assert detached.target_of(H100).arch == 90 and detached.target_of(interp) is None
+
+
+def _moved_to(path: Path, device: Device) -> None:
+    """The file's entries as if tuned on `device` (its toolchain: this Triton, its ptxas)."""
+    from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.triton.device import toolchain
+
+    entries = load_results(path)
+    for entry in entries:
+        entry.key.device.CopyFrom(device.to_proto())
+        del entry.key.toolchain[:]
+        entry.key.toolchain.extend(pb.Version(name=n, version=v)
+                                   for n, v in sorted(toolchain(device).items()))
+    save_results(path, entries)
+
+
+def test_a_wrong_guess_is_dropped_at_the_first_launch(use_cache, fake, tmp_path, monkeypatch):
+    """The file names an H100 and the early start compiles for it as B is decorated; the first
+    launch runs on another device: the compile-ahead starts again for that one, and B's
+    preloads are scanned again for it instead of awaiting the H100's."""
+    path, _ = write_results(use_cache, fake, tmp_path, which="b")
+    _moved_to(path, H100)
+    compiled: list[str] = []
+    monkeypatch.setattr(preload_job, "compile_detached",
+                        lambda fn, spec, target: compiled.append(spec) or True)
+    monkeypatch.setattr(detached, "visible_models", lambda root=None: None)
+    view = Cache(Settings(load_from=(path,)))
+    assert preload.start_early(view)
+    b = make_b(StubJit(kernels.accumulate_kernel))
+    early = preload.ahead()
+    assert early is not None and early.early and early.device == H100
+    guessed = dict(preload.started(b) or {})
+    assert len(guessed) == 1
+    for job in guessed.values():
+        preload.wait(job)
+    assert compiled == [spec("b", 100)]  # for the guessed H100, detached from the driver
+    other = CacheKey(kernel=b.kernel_name, source_fingerprint="s", configs_fingerprint="c",
+                     problem={}, device=A100, toolchain=early.toolchain)
+    real = Cache(Settings(load_from=(path,)))
+    own = preload.first_launch(b, other, real)
+    ahead = preload.ahead()
+    assert ahead is not early and not ahead.early and ahead.device == A100
+    assert own == {} and preload.started(b) == {}
+    assert not preload.unconfirmed()
+
+
+def test_nothing_starts_early_under_the_interpreter_or_twice(use_cache, fake, tmp_path):
+    """Under TRITON_INTERPRET (this suite's default) the early start does nothing; a second
+    start, with a compile-ahead running, does not replace it."""
+    from autotune_cache.triton import early
+
+    path, _ = write_results(use_cache, fake, tmp_path, which="b")
+    early.start(Settings(load_from=(path,)))
+    assert preload.ahead() is None
+    assert preload.start_early(Cache(Settings(load_from=(path,))))
+    first = preload.ahead()
+    assert not preload.start_early(Cache(Settings(load_from=(path,))))
+    assert preload.ahead() is first
+
+
+def test_compile_at_start_asks_only_where_it_can_help(tmp_path, monkeypatch):
+    """Asked for (at the program's own `import triton`) only with loaded files, the flag on, a
+    GPU device node and no remote compile cache."""
+    from autotune_cache import startup
+    from autotune_cache.foundation import compile_helpers
+
+    asked: list[object] = []
+    monkeypatch.setattr(startup, "when_triton_imported", asked.append)
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(compile_helpers, "GPU_NODES", (str(node),))
+    loads = Settings(load_from=(tmp_path / "r.textproto",))
+    startup.compile_at_start(Settings())
+    startup.compile_at_start(Settings(load_from=loads.load_from, compile_at_start=False))
+    startup.compile_at_start(Settings(load_from=loads.load_from, remote_cache="redis://h:1",
+                                      remote_compile_cache=True))
+    assert asked == []
+    startup.compile_at_start(loads)
+    assert len(asked) == 1
+    monkeypatch.setattr(compile_helpers, "GPU_NODES", (str(tmp_path / "absent"),))
+    startup.compile_at_start(loads)
+    assert len(asked) == 1
+
+
+def _busy_job(pool: scheduler.CompileScheduler, seen: list[float]) -> threading.Event:
+    release = threading.Event()
+
+    def work() -> None:
+        seen.append(sys.getswitchinterval())
+        release.wait(10)
+
+    pool.submit(work, Priority.AHEAD)
+    return release
+
+
+@pytest.mark.parametrize("configured, user, during, after", [
+    (200, 0.005, 0.0002, 0.005),      # ours while compiling, Python's back after
+    (0, 0.005, 0.005, 0.005),         # 0: Python's own, untouched
+    (200, 0.0001, 0.0001, 0.0001),    # the program's shorter one is kept
+])
+def test_the_switch_interval_while_the_pool_compiles(configured, user, during, after):
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(user)
+    pool = scheduler.CompileScheduler().size(1)
+    pool.switch_interval_us = configured
+    seen: list[float] = []
+    try:
+        release = _busy_job(pool, seen)
+        while not seen:
+            threading.Event().wait(0.01)
+        assert sys.getswitchinterval() == pytest.approx(during)
+        release.set()
+        with pool._cond:
+            assert pool._cond.wait_for(lambda: not any(pool._running.values()), timeout=10)
+        assert sys.getswitchinterval() == pytest.approx(after)
+    finally:
+        pool.stop()
+        sys.setswitchinterval(before)
+
+
+def test_an_interval_the_program_sets_meanwhile_is_kept():
+    before = sys.getswitchinterval()
+    pool = scheduler.CompileScheduler().size(1)
+    pool.switch_interval_us = 200
+    seen: list[float] = []
+    try:
+        release = _busy_job(pool, seen)
+        while not seen:
+            threading.Event().wait(0.01)
+        sys.setswitchinterval(0.002)  # the program's own, while we compile
+        release.set()
+        with pool._cond:
+            assert pool._cond.wait_for(lambda: not any(pool._running.values()), timeout=10)
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        pool.stop()
+        sys.setswitchinterval(before)
