@@ -1,17 +1,19 @@
 """Compiling loaded winners in the background, before their first launch asks for them.
 
 When the first autotuned kernel of the process launches a new problem (the GPU driver is up by
-then; nothing here runs at import, and a kernel decorated before that starts nothing), the
-tuner starts compiling ahead, through Triton's own `JITFunction.preload`, the winners recorded
-in the loaded files (--load_autotune_results_from) of every kernel our tuners drive in this
+then), the tuner starts compiling ahead, through Triton's own `JITFunction.preload`, the
+winners recorded in the loaded files (--load_autotune_results_from) of every kernel our tuners drive in this
 process: those of `autotune_cache.triton.autotune` and those routed from `triton.autotune`
 (routing.py). An entry is preloaded into its kernel's JIT function when it records Triton's
 specialization data and its key has that kernel's name and current source fingerprint and the
 launching key's device and toolchain. A kernel decorated later (imported after the first
 launch) starts its preloads at decoration. A kernel with nothing started (none matched, or over
 the caps below) scans its own entries at its first launch, as every kernel did before the
-suite-wide start existed. A hit awaits its winner's compile instead of compiling it again; a
-compile no pool thread has started yet is run by that launch itself, not waited for in the queue.
+suite-wide start existed. On a GPU machine the compile-ahead has usually started before that,
+at the program's own `import triton`, for the device the files name (early.py, `start_early`),
+and the first launch confirms that device (`_ahead_for`). A hit awaits its winner's compile
+instead of compiling it again; a compile no pool thread has started yet is run by that launch
+itself, not waited for in the queue.
 
 The source fingerprint of a kernel not launched yet is computed at the start, apart from the one
 the tuner keeps: the fingerprint reads global constexpr values as they are when it is computed,
