@@ -79,7 +79,7 @@ def candidate_spec(winner: str, config: Any, defaults: dict[str, Any]) -> str | 
         return None
 
 
-def _triton_config_defaults() -> dict[str, Any]:
+def triton_config_defaults() -> dict[str, Any]:
     import triton
 
     config = triton.Config({})
@@ -131,7 +131,7 @@ def candidates(entries: list[tuple[CacheKey, Any]], toolchain: Any, listed: list
     specialization, once each and none already `listed`: those keys miss and are tuned again,
     and their tunings then find the candidates compiled."""
     seen = {spec for _, _, spec in listed}
-    defaults = _triton_config_defaults()
+    defaults = triton_config_defaults()
     found: list[Work] = []
     for key, entry in entries:
         if key.toolchain == toolchain:

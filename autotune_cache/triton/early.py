@@ -59,7 +59,7 @@ def start(settings: Settings) -> None:
     except Exception as e:  # noqa: BLE001 - the configured cache reports it
         log.debug("autotune_cache: no compile ahead at start: %s", e)
         return
-    if preload.start_early(view):
+    if preload.start_early(view, stale_too=settings.dump_to is not None):
         scan()
 
 

@@ -1,19 +1,19 @@
 """Compiling loaded winners in the background, before their first launch asks for them.
 
 When the first autotuned kernel of the process launches a new problem (the GPU driver is up by
-then), the tuner starts compiling ahead, through Triton's own `JITFunction.preload`, the
-winners recorded in the loaded files (--load_autotune_results_from) of every kernel our tuners drive in this
-process: those of `autotune_cache.triton.autotune` and those routed from `triton.autotune`
+then), the tuner starts compiling ahead, through Triton's own `JITFunction.preload`, the winners
+recorded in the loaded files (--load_autotune_results_from) of every kernel our tuners drive in
+this process: those of `autotune_cache.triton.autotune` and those routed from `triton.autotune`
 (routing.py). An entry is preloaded into its kernel's JIT function when it records Triton's
 specialization data and its key has that kernel's name and current source fingerprint and the
-launching key's device and toolchain. A kernel decorated later (imported after the first
-launch) starts its preloads at decoration. A kernel with nothing started (none matched, or over
-the caps below) scans its own entries at its first launch, as every kernel did before the
-suite-wide start existed. On a GPU machine the compile-ahead has usually started before that,
-at the program's own `import triton`, for the device the files name (early.py, `start_early`),
-and the first launch confirms that device (`_ahead_for`). A hit awaits its winner's compile
-instead of compiling it again; a compile no pool thread has started yet is run by that launch
-itself, not waited for in the queue.
+launching key's device and toolchain. A kernel decorated later (imported after the first launch)
+starts its preloads at decoration. A kernel with nothing started (none matched, or over the caps
+below) scans its own entries at its first launch, as every kernel did before the suite-wide
+start existed. On a GPU machine the compile-ahead has usually started before that, at the
+program's own `import triton`, for the device the files name (early.py, `start_early`), and the
+first launch confirms that device (`_ahead_for`). A hit awaits its winner's compile instead of
+compiling it again; a compile no pool thread has started yet is run by that launch itself, not
+waited for in the queue.
 
 The source fingerprint of a kernel not launched yet is computed at the start, apart from the one
 the tuner keeps: the fingerprint reads global constexpr values as they are when it is computed,
@@ -83,6 +83,10 @@ AHEAD_MAX = 256
 # A dump run's compiles of warm-ups recorded under another source or toolchain (`_recorded`), on
 # top of AHEAD_MAX: they may all be wasted.
 SPECULATIVE_MAX = 64
+# An early start of a regeneration (early.py): the candidates of the entries recorded under
+# another toolchain or source, derived from their winners (their keys miss and are tuned again),
+# on a budget of their own.
+CANDIDATES_MAX = 512
 
 
 class AheadTuner(Protocol):
@@ -112,6 +116,9 @@ class _Ahead:
     early: bool = False
     target: Any = None
     speculative_left: int = SPECULATIVE_MAX
+    # An early start of a dump run: stale records and their candidates are compiled too.
+    stale_too: bool = False
+    candidates_left: int = CANDIDATES_MAX
     compiles: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
     # The same compiles by (JIT function, Triton's JIT key), for a launch to find (`awaiting`).
     by_jit_key: dict[tuple[int, str], CompileJob] = field(default_factory=dict)
@@ -178,16 +185,18 @@ def decorated(tuner: AheadTuner) -> None:
             _queue(job)
 
 
-def start_early(cache: Cache) -> bool:
+def start_early(cache: Cache, stale_too: bool = False) -> bool:
     """Start the compile-ahead of `cache` before any launch (early.py), unless one has started;
     whether this call started it. The device is not known yet: the first loaded entries
-    scanned name it (`early_device`). Tuners built before now are scanned at once."""
+    scanned name it (`early_device`). Tuners built before now are scanned at once.
+    `stale_too` (a dump run): the records of another toolchain or source, and their entries'
+    candidates, are compiled too, at the lowest priority (`_take`)."""
     state = _state()
     with state.lock:
         if state.ahead is not None:
             return False
         state.ahead = _Ahead(cache, None, (), AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX,
-                             early=True)
+                             early=True, stale_too=stale_too)
         pool = scheduler.scheduler(cache.settings.compile_workers)
         pool.switch_interval_us = cache.settings.switch_interval_us
         built = [t for _, t in sorted(state.tuners.items()) if t not in state.started]
@@ -363,8 +372,11 @@ def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
     return _recorded(cache, like, max_entries, max_bytes)[0]
 
 
-def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
-              ) -> tuple[dict[str, str], dict[str, str]]:
+Recorded = tuple[dict[str, str], dict[str, str], dict[str, str]]
+
+
+def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int,
+              derive: bool = False) -> Recorded:
     """`_winners`, and beside it the same for the entries of `like`'s kernel and device
     recorded under another source fingerprint or toolchain (an edited kernel, an upgrade).
 
@@ -373,23 +385,39 @@ def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
     finds it in the compile cache, any other compiles as usual. So a regen after an upgrade or an
     edit still starts the last run's warm-ups early, and a record that no longer fits costs only
     its compile. Another device's records are left out: their options name that device's
-    architecture (Triton 3.6 compiles a record's own `arch`), so none could ever be a hit."""
+    architecture (Triton 3.6 compiles a record's own `arch`), so none could ever be a hit.
+
+    With `derive`, a third: the candidates of those other entries, each derived from its
+    winner's specialization (compile_helper.py `candidate_spec`), by their own text: their keys
+    miss and are tuned again, and the tuning then finds them in the compile cache."""
     try:
         loaded = cache.loaded_entries(like.kernel, max_entries=max_entries,
                                       max_unparsed_bytes=max_bytes)
     except AutotuneCacheError as e:  # a damaged entry: the lookup that needs it says so
         log.debug("autotune_cache: no preload of %s: %s", like.kernel, e)
-        return {}, {}
+        return {}, {}, {}
     current: dict[str, str] = {}
     other: dict[str, str] = {}
+    derived: dict[str, str] = {}
     for key, entry in loaded:
-        if key.kernel != like.kernel or key.device != like.device \
-                or not entry.result.triton_specialization:
+        spec = entry.result.triton_specialization
+        if key.kernel != like.kernel or key.device != like.device or not spec:
             continue
         same = (key.source_fingerprint == like.source_fingerprint
                 and key.toolchain == like.toolchain)
-        (current if same else other)[key.digest()] = entry.result.triton_specialization
-    return current, other
+        (current if same else other)[key.digest()] = spec
+        if derive and not same:
+            derived.update((d, d) for d in _candidate_specs(spec, entry.result.candidates))
+    return current, other, derived
+
+
+def _candidate_specs(winner: str, timings: Any) -> list[str]:
+    """The specialization data of each recorded candidate, derived from the winner's."""
+    from autotune_cache.triton.compile_helper import candidate_spec, triton_config_defaults
+
+    defaults = triton_config_defaults()
+    found = (candidate_spec(winner, t.config, defaults) for t in timings)
+    return [spec for spec in found if spec is not None and spec != winner]
 
 
 def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
@@ -471,15 +499,21 @@ def _take(ahead: _Ahead, jit_fn: Any, like: CacheKey, entries: int, unparsed: in
     `jit_fn`, charging the compile-ahead's caps: {digest: job}, and those new (to queue)."""
     ahead.entries_left -= entries
     ahead.bytes_left -= unparsed
-    wanted, other = _recorded(ahead.cache, like, entries, unparsed)
+    wanted, other, derived = _recorded(ahead.cache, like, entries, unparsed,
+                                       derive=ahead.stale_too)
     preloads, new = _submit(ahead, jit_fn, wanted, min(PRELOAD_MAX, ahead.compiles_left),
                             compile_cache_only)
     ahead.compiles_left -= len(new)
-    if compile_cache_only and other:
+    if (compile_cache_only or ahead.stale_too) and other:
         # Their own budget: records that may not fit never take a current one's place.
         _, more = _submit(ahead, jit_fn, other, min(PRELOAD_MAX, ahead.speculative_left),
-                          compile_cache_only, speculative=True)
+                          True, speculative=True)
         ahead.speculative_left -= len(more)
+        new += more
+    if derived:
+        _, more = _submit(ahead, jit_fn, derived, min(PRELOAD_MAX, ahead.candidates_left),
+                          True, speculative=True)
+        ahead.candidates_left -= len(more)
         new += more
     return preloads, new
 

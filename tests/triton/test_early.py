@@ -224,3 +224,49 @@ def test_an_interval_the_program_sets_meanwhile_is_kept():
     finally:
         pool.stop()
         sys.setswitchinterval(before)
+
+
+def _real_spec(block: int) -> str:
+    """accumulate_kernel's specialization data as Triton records it (BLOCK_SIZE constexpr)."""
+    return json.dumps({
+        "name": "accumulate_kernel",
+        "signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32",
+                      "BLOCK_SIZE": "constexpr"},
+        "constant_keys": [[3]], "constant_vals": [block], "attrs_keys": [], "attrs_vals": [],
+        "options": {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None},
+        "key": "k"})
+
+
+@pytest.mark.parametrize("dump_run", [True, False])
+def test_a_regen_after_an_upgrade_compiles_the_stale_candidates_from_the_start(
+        use_cache, fake, tmp_path, monkeypatch, dump_run):
+    """The file's entries were recorded under another Triton (an upgrade): in a dump run (the
+    regen) the early start compiles the stale winner and every other candidate of its entry,
+    derived from the winner's specialization, at the lowest priority, so the tuning that
+    follows finds them in the compile cache; a run that only loads compiles none of them."""
+    from autotune_cache.proto import autotune_results_pb2 as pb
+
+    path, _ = write_results(use_cache, fake, tmp_path, which="b")
+    _moved_to(path, H100)
+    entries = load_results(path)
+    for entry in entries:
+        entry.result.triton_specialization = _real_spec(64)
+        entry.key.toolchain[0].CopyFrom(pb.Version(name="triton", version="0.0.1"))
+    save_results(path, entries)
+    assert {t.config.params[0].int_value for t in entries[0].result.candidates} == \
+        {16, 32, 64, 128}
+    compiled: list[str] = []
+    monkeypatch.setattr(preload_job, "compile_detached",
+                        lambda fn, spec, target: compiled.append(spec) or True)
+    monkeypatch.setattr(detached, "visible_models", lambda root=None: None)
+    assert preload.start_early(Cache(Settings(load_from=(path,))), stale_too=dump_run)
+    b = make_b(StubJit(kernels.accumulate_kernel))
+    assert preload.started(b) is None  # no current winner to await
+    pool = scheduler.scheduler()
+    with pool._cond:
+        assert pool._cond.wait_for(
+            lambda: not any(pool._running.values()) and not any(pool._queues.values()),
+            timeout=30)
+    # (this file's winner records options of its own: its derived twin is another compile)
+    blocks = sorted({json.loads(s)["constant_vals"][0] for s in compiled})
+    assert blocks == ([16, 32, 64, 128] if dump_run else [])
