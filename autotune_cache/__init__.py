@@ -68,7 +68,8 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-_import_hook.set_engage(_startup.engage)  # a configured cache's asks of Triton: startup.py
+# A configured cache's asks of Triton, and a run's before it configures one: startup.py.
+_import_hook.set_engage(_startup.engage, _startup.compile_at_start)
 _startup.at_first_import()
 
 __all__ = [

@@ -35,7 +35,7 @@ from autotune_cache.config.flags import (
     MACRO_ENV_VAR,
     Settings,
 )
-from autotune_cache.foundation import compile_helpers
+from autotune_cache.foundation import compile_helpers, import_hook
 from autotune_cache.foundation import env as autotune_env
 from autotune_cache.foundation.import_hook import triton_installed, when_triton_imported
 from autotune_cache.foundation.urls import docs_url
@@ -50,7 +50,6 @@ from autotune_cache.pytest.options import (
 from autotune_cache.pytest.runner import RunnerPlugin
 from autotune_cache.pytest.summary import Miss, MissRecorder, add_stats, summary_lines
 from autotune_cache.pytest.xdist import XdistControllerPlugin, _xdist_controller, merge_partials
-from autotune_cache.startup import compile_at_start
 
 # The plugin's public names, wherever their role's module defines them.
 __all__ = ["OPTIONS", "Miss", "MissRecorder", "Option", "RunnerPlugin", "XdistControllerPlugin",
@@ -126,7 +125,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     _start_compile_helpers(early_config, settings, early_config.known_args_namespace)
     if settings is not None and _runs_tests_early(early_config):
         # The loaded winners compile as conftest.py files import the libraries (triton/early.py).
-        compile_at_start(settings)
+        import_hook.compile_at_start(settings)
 
 
 def _runs_tests_early(config: pytest.Config) -> bool:

@@ -35,11 +35,10 @@ that names the flag.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
-from autotune_cache.foundation import env, import_hook
+from autotune_cache.foundation import env, import_hook, machine
 from autotune_cache.foundation.import_hook import when_triton_imported
 
 if TYPE_CHECKING:
@@ -68,9 +67,7 @@ def compile_at_start(settings: Settings) -> None:
     cache serves the binaries. Imports nothing now."""
     if not (settings.compile_at_start and settings.load_from) or settings.remote_compile_cache:
         return
-    from autotune_cache.foundation.compile_helpers import GPU_NODES
-
-    if not any(os.path.exists(p) for p in GPU_NODES) or not import_hook.triton_installed():
+    if not machine.gpu_node_present(machine.GPU_NODES) or not import_hook.triton_installed():
         return
     when_triton_imported(lambda: _compile_at_start(settings))
 

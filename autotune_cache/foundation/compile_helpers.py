@@ -73,7 +73,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune_cache.foundation import env
+from autotune_cache.foundation import env, machine
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ _POLL_S = 0.005
 RELEVANT_PREFIXES = ("TRITON_",)
 RELEVANT_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                             "ROCR_VISIBLE_DEVICES", "HOME", "TEST_TMPDIR"})
-GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
+GPU_NODES = machine.GPU_NODES
 HELPER_DROPS = frozenset({env.AUTOTUNE_FLAGS, env.RULES_AUTOTUNE_MACRO_FLAGS})
 
 
@@ -193,7 +193,7 @@ _atexit_registered = False
 def wanted(files: Sequence[str | os.PathLike[str]], count: int) -> bool:
     """Whether helpers would start for these files in this process now (module doc)."""
     return (count > 0 and bool(files) and not env.triton_interpret()
-            and env.xdist_worker() is None and any(os.path.exists(p) for p in GPU_NODES))
+            and env.xdist_worker() is None and machine.gpu_node_present(GPU_NODES))
 
 
 def start(files: Sequence[str | os.PathLike[str]], count: int, owner: object = None) -> bool:

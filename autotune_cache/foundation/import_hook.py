@@ -11,8 +11,10 @@ in code before they import it. So the package asks for what it needs of Triton t
   own loader (`__loader__`, `__spec__.loader`).
 
 `engage(settings)`: what a configured cache asks of the engines above it (cache.py calls it for
-every cache it installs; autotune_cache/__init__.py points it at startup.engage). It sits here so
-that the cache, a lower layer, names no engine.
+every cache it installs; autotune_cache/__init__.py points it at startup.engage).
+`compile_at_start(settings)`: what a run that will load files asks before it configures a cache
+(the pytest plugin, before conftest.py files run; startup.compile_at_start). They sit here so
+that the cache and the plugin, lower layers, name no engine.
 """
 
 from __future__ import annotations
@@ -118,12 +120,23 @@ def _run_pending() -> None:
 
 
 _engage: Callable[[Any], None] | None = None
+_at_start: Callable[[Any], None] | None = None
 
 
-def set_engage(action: Callable[[Any], None]) -> None:
-    """Who acts on a configured cache's settings (autotune_cache/__init__.py: startup.engage)."""
-    global _engage
+def set_engage(action: Callable[[Any], None],
+               at_start: Callable[[Any], None] | None = None) -> None:
+    """Who acts on a configured cache's settings, and on a configuration known before it is
+    configured (autotune_cache/__init__.py: startup.engage, startup.compile_at_start)."""
+    global _engage, _at_start
     _engage = action
+    _at_start = at_start
+
+
+def compile_at_start(settings: Any) -> None:
+    """Tell the engines the files a run will load, before its cache is configured (the pytest
+    plugin, before conftest.py files import the libraries): triton/early.py."""
+    if _at_start is not None:
+        _at_start(settings)
 
 
 def engage(settings: Any) -> None:

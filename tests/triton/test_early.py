@@ -151,13 +151,13 @@ def test_compile_at_start_asks_only_where_it_can_help(tmp_path, monkeypatch):
     """Asked for (at the program's own `import triton`) only with loaded files, the flag on, a
     GPU device node and no remote compile cache."""
     from autotune_cache import startup
-    from autotune_cache.foundation import compile_helpers
+    from autotune_cache.foundation import machine
 
     asked: list[object] = []
     monkeypatch.setattr(startup, "when_triton_imported", asked.append)
     node = tmp_path / "nvidiactl"
     node.touch()
-    monkeypatch.setattr(compile_helpers, "GPU_NODES", (str(node),))
+    monkeypatch.setattr(machine, "GPU_NODES", (str(node),))
     loads = Settings(load_from=(tmp_path / "r.textproto",))
     startup.compile_at_start(Settings())
     startup.compile_at_start(Settings(load_from=loads.load_from, compile_at_start=False))
@@ -166,7 +166,7 @@ def test_compile_at_start_asks_only_where_it_can_help(tmp_path, monkeypatch):
     assert asked == []
     startup.compile_at_start(loads)
     assert len(asked) == 1
-    monkeypatch.setattr(compile_helpers, "GPU_NODES", (str(tmp_path / "absent"),))
+    monkeypatch.setattr(machine, "GPU_NODES", (str(tmp_path / "absent"),))
     startup.compile_at_start(loads)
     assert len(asked) == 1
 
