@@ -135,8 +135,8 @@ def _runs_tests_early(config: pytest.Config) -> bool:
     options = config.known_args_namespace
     if any(getattr(options, dest, False) for dest in _LAUNCHES_NOTHING):
         return False
-    if hasattr(config, "workerinput"):
-        return True
+    if hasattr(config, "workerinput") or autotune_env.xdist_worker() is not None:
+        return True  # a worker (its workerinput comes after this hook; its variable before)
     return not getattr(options, "numprocesses", None) and \
         getattr(options, "dist", "no") in ("no", None)
 

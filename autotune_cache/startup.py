@@ -21,8 +21,9 @@ What is asked for, and by whom:
     not run (`python -S`, or the package only on PYTHONPATH, whose .pth files Python never
     processes). When Triton was imported before, the switch comes late for the tuners built
     since: one warning names them, says why, and gives the fix.
-- `compile_at_start(settings)`: every configuration that loads files (`engage`'s, and the pytest
-  plugin's before conftest.py files run): triton/early.py, where it can help.
+- `compile_at_start(settings)`: a configuration that loads files, known before its first
+  launch (the pytest plugin's before conftest.py files run; AUTOTUNE_FLAGS' at the import of
+  `autotune_cache.triton`): triton/early.py, where it can help.
 - `engage(settings)`: every cache the process configures (cache.py, through
   foundation/import_hook.py's `engage`, which the package's `__init__` points here): the class
   watch under the switch or strict mode, and the compile listener (plain-kernel warm-ups,
@@ -57,14 +58,16 @@ def engage(settings: Settings) -> None:
     listen = settings.dump_to is not None or bool(settings.load_from)
     if (watch or listen) and import_hook.triton_installed():
         when_triton_imported(lambda: _engage(watch, listen))
-    compile_at_start(settings)
 
 
 def compile_at_start(settings: Settings) -> None:
     """The loaded files' winners and warm-ups compile from the program's own `import triton`
     on, as it defines their kernels (triton/early.py), where that can help: the files are
     loaded, --autotune_compile_at_start is on, a GPU device node exists and no remote compile
-    cache serves the binaries. Imports nothing now."""
+    cache serves the binaries. Asked for by the pytest plugin before conftest.py files run (a
+    run that launches kernels) and by `autotune_cache.triton`'s import for AUTOTUNE_FLAGS, not
+    by every configured cache: one made at a first launch would start it in the launch itself.
+    Imports nothing now; never raises."""
     if not (settings.compile_at_start and settings.load_from) or settings.remote_compile_cache:
         return
     if not machine.gpu_node_present(machine.GPU_NODES) or not import_hook.triton_installed():
@@ -73,9 +76,14 @@ def compile_at_start(settings: Settings) -> None:
 
 
 def _compile_at_start(settings: Settings) -> None:
-    from autotune_cache.triton import early
+    try:
+        from autotune_cache.triton import early
 
-    early.start(settings)
+        early.start(settings)
+    except Exception as e:  # noqa: BLE001 - the program's imports must go on
+        import logging
+
+        logging.getLogger(__name__).debug("autotune_cache: no compile ahead at start: %s", e)
 
 
 def _engage(watch: bool, listen: bool) -> None:

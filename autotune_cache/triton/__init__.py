@@ -42,6 +42,7 @@ def _engage_from_flags() -> None:
     except AutotuneCacheError:
         return
     import_hook.engage(settings)
+    import_hook.compile_at_start(settings)  # triton/early.py, where it can help
 
 
 _engage_from_flags()

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autotune_cache.foundation.key import Device
+from autotune_cache.triton import process
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,13 @@ log = logging.getLogger(__name__)
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 _ARCH_RE = re.compile(r"sm_(\d+)")
 
-_prime_lock = threading.Lock()
-_primed: set[int] = set()
+
+class _Primed:
+    """The targets (by arch) Triton was primed for in this process (process.py)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.arches: set[int] = set()
 
 
 def visible_models(root: str = PROC_GPUS) -> set[str] | None:
@@ -90,10 +96,11 @@ def prime(target: Any) -> None:
     (scheduler.py `_prime_triton` says why), and Triton's CUDA utilities module built into the
     compile cache (the driver builds it when it starts: about 0.4 s with an empty cache)."""
     arch = getattr(target, "arch", 0)
-    if arch in _primed:
+    primed = process.current().made("detached", _Primed)
+    if arch in primed.arches:
         return
-    with _prime_lock:
-        if arch in _primed:
+    with primed.lock:
+        if arch in primed.arches:
             return
         try:
             from triton.compiler.compiler import make_backend
@@ -105,7 +112,7 @@ def prime(target: Any) -> None:
         except Exception as e:  # noqa: BLE001 - only a head start; the compile says what fails
             log.debug("autotune_cache: priming Triton for %s failed: %s", target, e)
         finally:
-            _primed.add(arch)
+            primed.arches.add(arch)
 
 
 def _nvidia_driver_module() -> Any:

@@ -7,12 +7,13 @@ while the first tests waited: on an H100, Liger-Kernel's loaded suite spent 5.7 
 against 0.9 s for Triton with a warm compile cache, after 10 s of conftest.py imports during
 which nothing compiled. Started here, they run during those imports.
 
-When. `start(settings)` is asked for by startup.py for every configuration that loads files
-(the pytest plugin's, at pytest_load_initial_conftests, before conftest.py files import the
-libraries; a configured cache's; AUTOTUNE_FLAGS') and runs right after the program's own
-`import triton`, never before (a conftest.py may set TRITON_INTERPRET first). It starts only
-where it can help: --autotune_compile_at_start (on by default), a GPU device node, Triton not
-interpreting, no remote compile cache (whose binaries the process reads instead).
+When. `start(settings)` is asked for by startup.py for a configuration that loads files, known
+before the first launch (the pytest plugin's, at pytest_load_initial_conftests, before
+conftest.py files import the libraries; AUTOTUNE_FLAGS', when `autotune_cache.triton` is
+imported) and runs right after the program's own `import triton`, never before (a conftest.py
+may set TRITON_INTERPRET first). It starts only where it can help: --autotune_compile_at_start
+(on by default), a GPU device node, Triton not interpreting, no remote compile cache (whose
+binaries the process reads instead).
 
 What, without the GPU. A read-only view of the loaded files (a `Cache` of those files alone,
 so nothing is configured for the program) and the compile-ahead started for it
@@ -33,6 +34,7 @@ imports, and the main thread's share of the GIL that the compiles take
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from autotune_cache.cache import Cache
@@ -48,9 +50,10 @@ DEVICE_PROBES = 8
 
 def start(settings: Settings) -> None:
     """Start the compile-ahead of `settings`' loaded files now (Triton is imported), unless one
-    has started or Triton interprets. Never raises: a file that does not load is reported by
-    the configured cache."""
-    if interpreter_active():
+    has started, Triton interprets, or the program has started CUDA already (then the first
+    launch starts it, for the device it runs on). Never raises: a file that does not load is
+    reported by the configured cache."""
+    if interpreter_active() or preload.ahead() is not None or _cuda_started():
         return
     try:
         view = Cache(Settings(load_from=settings.load_from,
@@ -63,6 +66,15 @@ def start(settings: Settings) -> None:
         scan()
 
 
+def _cuda_started() -> bool:
+    """Whether the program has started CUDA through torch (nothing is imported to ask)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without CUDA
+        return False
+
+
 def decorated(tuner: Any) -> None:
     """A tuner was decorated: the plain JIT functions defined with it too."""
     del tuner
@@ -72,7 +84,15 @@ def decorated(tuner: Any) -> None:
 def scan() -> None:
     """Queue the loaded warm-ups of the plain JIT functions defined so far, for the early start's
     device (named now from the loaded entries, if no tuner's did); nothing without an early
-    start or once a launch has confirmed it (the warm-ups' own scan goes on from there)."""
+    start or once a launch has confirmed it (the warm-ups' own scan goes on from there). Never
+    raises: it runs inside the program's imports."""
+    try:
+        _scan()
+    except Exception as e:  # noqa: BLE001 - only a head start
+        log.debug("autotune_cache: scanning for compiles ahead failed: %s", e)
+
+
+def _scan() -> None:
     ahead = preload.ahead()
     if ahead is None or not ahead.early:
         return

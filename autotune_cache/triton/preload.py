@@ -178,7 +178,11 @@ def decorated(tuner: AheadTuner) -> None:
                 return
             if cache is not current.cache:
                 return
-        preloads, new = _scan_ahead(current, tuner)
+        try:
+            preloads, new = _scan_ahead(current, tuner)
+        except Exception as e:  # noqa: BLE001 - at decoration, inside the program's import
+            log.debug("autotune_cache: no preload of %s: %s", tuner.kernel_name, e)
+            return
         if preloads:
             state.started[tuner] = preloads
         for job in new:
@@ -302,7 +306,11 @@ def _ahead_for(state: _State, cache: Cache, device: Device, toolchain: Any) -> _
     if found is not None and found.cache is cache and not found.early:
         return found
     if found is not None and found.early:
-        state.started.clear()  # their compiles were for the device the early start guessed
+        # Their compiles were for the device the early start guessed: those not started yet
+        # are dropped (a launch waiting for one skips it), and the kernels scanned again.
+        state.started.clear()
+        for job in found.compiles.values():
+            job.cancel()
     state.ahead = _Ahead(cache, device, toolchain, AHEAD_SCAN_LIMIT, AHEAD_SCAN_BYTES, AHEAD_MAX)
     scheduler.scheduler(cache.settings.compile_workers).switch_interval_us = None
     _start_driver()

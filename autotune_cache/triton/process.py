@@ -12,6 +12,7 @@ holds the one instance of each, by name, made on first use (`made`):
 | `deferred` | a dump run's tunings deferred to its end | deferred.py |
 | `remote_compile` | the connection to the shared compile cache | remote_compile.py |
 | `queue_mode` | the one `AsyncCompileMode` of queued candidates | compile.py |
+| `detached` | the targets Triton was primed for without its driver | detached.py |
 
 Why one object: a forked child has none of its parent's threads, so every queue, pool, lock and
 half-finished compile the parent held must be forgotten there, together, or the child waits for
@@ -27,6 +28,7 @@ as it keeps the modules it imported.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -46,6 +48,7 @@ class ProcessState:
         self.deferred: Any = None
         self.remote_compile: Any = None
         self.queue_mode: Any = None
+        self.detached: Any = None
 
     def made(self, field: str, make: Callable[[], T]) -> T:
         """The part in `field` (one declared above), made with `make()` on first use."""
@@ -71,8 +74,13 @@ def current() -> ProcessState:
 
 
 def _forget_parent() -> None:
-    """In a forked child: drop the parent's state; every part is made again on its next use."""
+    """In a forked child: drop the parent's state; every part is made again on its next use.
+    A switch interval the parent's pool had set while it compiled (scheduler.py) is put back:
+    the child has none of its compiles."""
     global _state
+    switched = getattr(_state.scheduler, "_switched", None)
+    if switched is not None and sys.getswitchinterval() == switched[1]:
+        sys.setswitchinterval(switched[0])
     _state = ProcessState()
 
 
