@@ -28,8 +28,8 @@ While any worker compiles, Python's thread switch interval is --autotune_switch_
 (docs/decisions/0034-switch-interval-while-compiling.md): a compile thread gives up the GIL in
 every file write and native call, and a busy main thread (a conftest.py importing a library,
 a test) kept it for up to 5 ms each time. On the CPU machine 8 compiles beside a busy main
-thread took 3.12 s at 5 ms and 0.90 s at 200 us (0.56 s alone), the main thread's own work
-1.26x and 1.25x of its time alone (bench/process_cost.py --switch-interval).
+thread took 2.89 s at 5 ms and 0.88 s at 200 us (0.55 s alone), the main thread's own work
+1.21x and 1.19x of its time alone (bench/process_cost.py --switch-interval).
 
 Before this module each of four features built its own thread pool, with no shared priorities:
 a launch could wait behind a queue of compiles ahead of need that nobody had asked for yet.
