@@ -12,14 +12,16 @@ before the first launch (the pytest plugin's, at pytest_load_initial_conftests, 
 conftest.py files import the libraries; AUTOTUNE_FLAGS', when `autotune_cache.triton` is
 imported) and runs right after the program's own `import triton`, never before (a conftest.py
 may set TRITON_INTERPRET first). It starts only where it can help: --autotune_compile_at_start
-(on by default), a GPU device node, Triton not interpreting, no remote compile cache (whose
-binaries the process reads instead).
+(off by default: decision 0035), a GPU device node, Triton not interpreting, no remote compile
+cache (whose binaries the process reads instead).
 
 What, without the GPU. A read-only view of the loaded files (a `Cache` of those files alone,
 so nothing is configured for the program) and the compile-ahead started for it
-(`preload.start_early`): each kernel our tuners drive queues its winners as it is decorated
-(engine.py calls `decorated`), and `scan` queues the warm-ups of the plain JIT functions
-defined so far, at each decoration and when pytest has collected. The device is the one the
+(`preload.start_early`): each kernel our tuners drive queues its winners once it is decorated
+and its module is imported (engine.py calls `decorated`; a kernel compiled or fingerprinted
+while its module still runs would miss what the module defines below it), and `scan` queues
+the warm-ups of the plain JIT functions of the modules imported so far, at each decoration and
+when pytest has collected. The device is the one the
 loaded entries name, among the GPU models the kernel driver lists (detached.py `pick`), and the
 compiles go into Triton's compile cache only, for that device's target, without starting the
 GPU driver (detached.py). At the first launch the real device confirms the guess, or the
@@ -96,6 +98,7 @@ def _scan() -> None:
     ahead = preload.ahead()
     if ahead is None or not ahead.early:
         return
+    preload.retry_waiting()
     found = None
     if ahead.device is None:
         for name in sorted(ahead.cache.loaded_kernels())[:DEVICE_PROBES]:

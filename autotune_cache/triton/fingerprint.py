@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import inspect
 import re
+import sys
 import textwrap
 import types
 from collections.abc import Callable
@@ -62,6 +63,15 @@ def jit_function(kernel: Any) -> Any | None:
     while not hasattr(fn, "preload") and hasattr(fn, "fn"):
         fn = fn.fn
     return fn if hasattr(fn, "preload") else None
+
+
+def module_importing(kernel: Any) -> bool:
+    """Whether the module that defines `kernel`'s Python function is still being imported: its
+    later definitions (a helper it calls, a global constexpr it reads) do not exist yet, so
+    neither its fingerprint nor a compile of it is final (early.py waits for the module)."""
+    fn = python_function(kernel)
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def qualified_name(fn: Any) -> str:

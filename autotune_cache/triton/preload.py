@@ -9,7 +9,7 @@ specialization data and its key has that kernel's name and current source finger
 launching key's device and toolchain. A kernel decorated later (imported after the first launch)
 starts its preloads at decoration. A kernel with nothing started (none matched, or over the caps
 below) scans its own entries at its first launch, as every kernel did before the suite-wide
-start existed. On a GPU machine the compile-ahead has usually started before that, at the
+start existed. With --autotune_compile_at_start the compile-ahead starts before that, at the
 program's own `import triton`, for the device the files name (early.py, `start_early`), and the
 first launch confirms that device (`_ahead_for`). A hit awaits its winner's compile instead of
 compiling it again; a compile no pool thread has started yet is run by that launch itself, not
@@ -61,7 +61,7 @@ from autotune_cache.foundation import env
 from autotune_cache.foundation.key import CacheKey, Device
 from autotune_cache.triton import preload_job, process, scheduler
 from autotune_cache.triton.compile import failure_reason
-from autotune_cache.triton.fingerprint import jit_function
+from autotune_cache.triton.fingerprint import jit_function, module_importing
 from autotune_cache.triton.preload_job import in_preload
 from autotune_cache.triton.scheduler import CompileJob, Priority
 
@@ -137,6 +137,8 @@ class _State:
         self.tuners: weakref.WeakValueDictionary[int, AheadTuner] = \
             weakref.WeakValueDictionary()
         self.order = itertools.count()
+        # Tuners decorated early while their module was being imported (`decorated`).
+        self.waiting: weakref.WeakSet[AheadTuner] = weakref.WeakSet()
         # Each tuner's preloads once started (at its first launch, or ahead of it).
         self.started: weakref.WeakKeyDictionary[AheadTuner, Preloads] = \
             weakref.WeakKeyDictionary()
@@ -178,6 +180,9 @@ def decorated(tuner: AheadTuner) -> None:
                 return
             if cache is not current.cache:
                 return
+        if current.early and module_importing(tuner.fn):
+            state.waiting.add(tuner)  # scanned once its module is imported (`retry_waiting`)
+            return
         try:
             preloads, new = _scan_ahead(current, tuner)
         except Exception as e:  # noqa: BLE001 - at decoration, inside the program's import
@@ -187,6 +192,18 @@ def decorated(tuner: AheadTuner) -> None:
             state.started[tuner] = preloads
         for job in new:
             _queue(job)
+
+
+def retry_waiting() -> None:
+    """Scan the tuners decorated early while their module was still being imported, now that
+    it is (the others wait on)."""
+    state = _state()
+    with state.lock:
+        ready = [t for t in list(state.waiting) if not module_importing(t.fn)]
+        for tuner in ready:
+            state.waiting.discard(tuner)
+    for tuner in ready:
+        decorated(tuner)
 
 
 def start_early(cache: Cache, stale_too: bool = False) -> bool:

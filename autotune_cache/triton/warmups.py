@@ -267,6 +267,8 @@ def _scan(state: _Process,
         state.modules_seen = len(sys.modules)
         found = {name: fn for name in state.pending if (fn := _resolve(name)) is not _UNKNOWN}
         state.pending -= set(found)
+        if any(_module_importing(name) for name in state.pending):
+            state.modules_seen = -1  # one still being imported: look again at the next scan
         queued = 0
         for name, jit_fn in sorted(found.items()):
             if jit_fn is None or is_tuned(jit_fn):
@@ -290,15 +292,29 @@ def _scan(state: _Process,
 _UNKNOWN = object()
 
 
+def _module_importing(name: str) -> bool:
+    """Whether the deepest imported module `name` (module-qualified) lies in is still being
+    imported."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+    return False
+
+
 def _resolve(name: str) -> Any:
     """The plain JIT function `name` (module-qualified) names in a module already imported;
     None when it names something else (a tuner, a function gone), _UNKNOWN when no module
-    holding it is imported yet."""
+    holding it is imported yet, or it is still being imported (its fingerprint and compile
+    would miss what it defines below the function)."""
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
         if module is None:
             continue
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return _UNKNOWN
         value: Any = module
         for attr in parts[cut:]:
             value = getattr(value, attr, None)

@@ -148,8 +148,8 @@ def test_nothing_starts_early_under_the_interpreter_or_twice(use_cache, fake, tm
 
 
 def test_compile_at_start_asks_only_where_it_can_help(tmp_path, monkeypatch):
-    """Asked for (at the program's own `import triton`) only with loaded files, the flag on, a
-    GPU device node and no remote compile cache."""
+    """Asked for (at the program's own `import triton`) only with loaded files, the flag on (off
+    by default), a GPU device node and no remote compile cache."""
     from autotune_cache import startup
     from autotune_cache.foundation import machine
 
@@ -158,11 +158,11 @@ def test_compile_at_start_asks_only_where_it_can_help(tmp_path, monkeypatch):
     node = tmp_path / "nvidiactl"
     node.touch()
     monkeypatch.setattr(machine, "GPU_NODES", (str(node),))
-    loads = Settings(load_from=(tmp_path / "r.textproto",))
-    startup.compile_at_start(Settings())
-    startup.compile_at_start(Settings(load_from=loads.load_from, compile_at_start=False))
+    loads = Settings(load_from=(tmp_path / "r.textproto",), compile_at_start=True)
+    startup.compile_at_start(Settings(compile_at_start=True))
+    startup.compile_at_start(Settings(load_from=loads.load_from))  # the default: off
     startup.compile_at_start(Settings(load_from=loads.load_from, remote_cache="redis://h:1",
-                                      remote_compile_cache=True))
+                                      remote_compile_cache=True, compile_at_start=True))
     assert asked == []
     startup.compile_at_start(loads)
     assert len(asked) == 1
@@ -270,3 +270,29 @@ def test_a_regen_after_an_upgrade_compiles_the_stale_candidates_from_the_start(
     # (this file's winner records options of its own: its derived twin is another compile)
     blocks = sorted({json.loads(s)["constant_vals"][0] for s in compiled})
     assert blocks == ([16, 32, 64, 128] if dump_run else [])
+
+
+def test_a_kernel_is_left_until_its_module_is_imported(tmp_path, monkeypatch):
+    """While a module runs, what it defines below a kernel does not exist yet (a helper the
+    kernel calls, a global constexpr it reads): the early start neither fingerprints nor
+    compiles its kernels, nor resolves a warm-up's name in it, until the import is done."""
+    from autotune_cache.triton import warmups
+    from autotune_cache.triton.fingerprint import module_importing
+
+    (tmp_path / "halfway_mod.py").write_text(
+        "import triton\n"
+        "import triton.language as tl\n"
+        "from autotune_cache.triton import warmups\n"
+        "from autotune_cache.triton.fingerprint import module_importing\n"
+        "@triton.jit\n"
+        "def k(x, BLOCK: tl.constexpr):\n"
+        "    pass\n"
+        "SEEN = (module_importing(k), warmups._resolve('halfway_mod.k') is warmups._UNKNOWN,\n"
+        "        warmups._module_importing('halfway_mod.k'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import halfway_mod  # type: ignore[import-not-found]
+
+    assert halfway_mod.SEEN == (True, True, True)
+    assert not module_importing(halfway_mod.k)
+    assert warmups._resolve("halfway_mod.k") is not warmups._UNKNOWN  # resolved now
+    assert not warmups._module_importing("halfway_mod.k")
