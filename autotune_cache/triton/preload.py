@@ -388,8 +388,6 @@ def jit_key_of(specialization: str) -> str | None:
     return json.dumps(key)
 
 
-
-
 def _winners(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int
              ) -> dict[str, str]:
     """{key digest: recorded specialization} of the loaded entries matching `like`'s kernel,
@@ -424,6 +422,7 @@ def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int,
     current: dict[str, str] = {}
     other: dict[str, str] = {}
     derived: dict[str, str] = {}
+    defaults = _config_defaults() if derive else {}
     for key, entry in loaded:
         spec = entry.result.triton_specialization
         if key.kernel != like.kernel or key.device != like.device or not spec:
@@ -432,15 +431,22 @@ def _recorded(cache: Cache, like: CacheKey, max_entries: int, max_bytes: int,
                 and key.toolchain == like.toolchain)
         (current if same else other)[key.digest()] = spec
         if derive and not same:
-            derived.update((d, d) for d in _candidate_specs(spec, entry.result.candidates))
+            derived.update((d, d) for d in _candidate_specs(spec, entry.result.candidates,
+                                                             defaults))
     return current, other, derived
 
 
-def _candidate_specs(winner: str, timings: Any) -> list[str]:
-    """The specialization data of each recorded candidate, derived from the winner's."""
-    from autotune_cache.triton.compile_helper import candidate_spec, triton_config_defaults
+def _config_defaults() -> dict[str, Any]:
+    from autotune_cache.triton.compile_helper import triton_config_defaults
 
-    defaults = triton_config_defaults()
+    return triton_config_defaults()
+
+
+def _candidate_specs(winner: str, timings: Any, defaults: dict[str, Any]) -> list[str]:
+    """The specialization data of each recorded candidate, derived from the winner's (Triton's
+    `defaults` for the launch options a candidate leaves unset)."""
+    from autotune_cache.triton.compile_helper import candidate_spec
+
     found = (candidate_spec(winner, t.config, defaults) for t in timings)
     return [spec for spec in found if spec is not None and spec != winner]
 
@@ -461,9 +467,8 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
         if found is None:
             if len(new) >= limit:
                 continue
-            found = CompileJob(preload_job.work(jit_fn, spec, compile_cache_only, speculative,
-                                          ahead.target), priority, label=spec,
-                               prime=ahead.target is None)
+            work = preload_job.work(jit_fn, spec, compile_cache_only, speculative, ahead.target)
+            found = CompileJob(work, priority, label=spec, prime=ahead.target is None)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)

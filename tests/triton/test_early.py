@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -25,22 +24,11 @@ from tests.triton.test_compile_ahead import (  # noqa: F401 - isolated: an autou
     spec,
     write_results,
 )
+from tests.triton.test_compile_helper import _cubins, _run
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = Device(name="NVIDIA H100 80GB HBM3", arch="sm_90", sm_count=132)
 A100 = Device(name="NVIDIA A100-SXM4-80GB", arch="sm_80", sm_count=108)
-
-
-def _run(phase: str, path: Path, env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "tests.triton.compile_ahead_worker", phase,
-                           str(path), "qualified"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _cubins(cache: Path) -> set[str]:
-    return {p.parent.name for p in cache.rglob("*.cubin")}
 
 
 def test_the_winners_compile_as_kernels_are_decorated_without_the_gpu_driver(tmp_path):
