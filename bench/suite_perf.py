@@ -499,6 +499,40 @@ def _exit_s(p: Pass) -> float:
     return max(0.0, marks["t0"] + p.wall_s - marks["finished_at"])
 
 
+def _events(p: Pass, kind: str, main_only: bool = False) -> list[list[Any]]:
+    """The probe's timeline events of one kind ("job", "wait"): [kind, label, thread, queued,
+    start, end], seconds since the pass's start; `main_only`: on the main thread."""
+    return [e for e in p.probe.get("events") or []
+            if e[0] == kind and (not main_only or e[2] == "MainThread")]
+
+
+def _jobs(main_only: bool = False) -> Any:
+    return lambda p: len(_events(p, "job", main_only))
+
+
+def _last_job_end(p: Pass) -> float:
+    return max((e[5] for e in _events(p, "job")), default=0.0)
+
+
+def _waited(after_collection: bool = False) -> Any:
+    def read(p: Pass) -> float:
+        marks = p.probe.get("marks") or {}
+        since = (marks.get("collected_at", 0.0) - marks.get("t0", 0.0)) if after_collection \
+            else float("-inf")
+        return sum(max(0.0, e[5] - max(e[4], since))
+                   for e in _events(p, "wait", main_only=True))
+    return read
+
+
+def test_waits(p: Pass, test: dict[str, Any]) -> float:
+    """Seconds the main thread waited on our compiling jobs during one test."""
+    if "start" not in test:
+        return 0.0
+    lo, hi = test["start"], test["start"] + test.get("seconds", 0.0)
+    return sum(max(0.0, min(e[5], hi) - max(e[4], lo))
+               for e in _events(p, "wait", main_only=True))
+
+
 PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to the wall time
     ("start-up: interpreter, pytest, until plugins load", _mark("startup_s")),
     ("plugins and their configure (our routing install, imports)", _mark("plugins_configure_s")),
@@ -518,6 +552,12 @@ PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to
      _timer("ours_compile_wall")),
     ("    each key's slowest compile, summed (no tuning ends before it)",
      _timer("ours_slowest_compile")),
+    ("  our compile jobs run (count; the timeline is in the raw JSON's probe events)", _jobs()),
+    ("    of them run on the main thread (it needed one no worker had started)",
+     _jobs(main_only=True)),
+    ("    the last one's end, seconds after the process started", _last_job_end),
+    ("  the main thread waiting on our compile jobs", _waited()),
+    ("    of it after collection (in tests)", _waited(after_collection=True)),
 )
 
 
@@ -610,15 +650,17 @@ def markdown(suite: Suite, passes: dict[str, Pass], summary: dict[str, Any],
                                                          if len(left) > 5 else "")
         lines.append(f"| {n} | {c.get('tuners', 0)} | {owners} | {classes} | "
                      f"{len(left)}{': ' + shown if left else ''} |")
-    lines += ["", "## Per test (seconds, outcome)", "",
+    lines += ["", "## Per test (seconds, outcome; waited: on our compile jobs)", "",
               "| test | " + " | ".join(ran) + " |", "| --- |" + " --- |" * len(ran)]
     names = sorted({t for n in ran for t in passes[n].probe.get("tests", {})})
     for t in names:
         cells = []
         for n in ran:
             rec = passes[n].probe.get("tests", {}).get(t)
+            wait = 0.0 if rec is None else test_waits(passes[n], rec)
             cells.append("missing" if rec is None else
-                         f"{rec.get('seconds', 0):.2f} {rec.get('outcome', '?')}")
+                         f"{rec.get('seconds', 0):.2f} {rec.get('outcome', '?')}"
+                         + (f" (waited {wait:.2f})" if wait >= 0.01 else ""))
         lines.append(f"| `{t}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

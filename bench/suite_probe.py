@@ -16,6 +16,12 @@ It records, for the pass's one pytest process, without changing what runs:
     and each key's slowest compile (a key's tuning cannot end before it does);
   - our cache's stats, when autotune_cache was used.
 
+  - a timeline of our compile jobs (triton/scheduler.py's `CompileJob`): each job's label, the
+    thread that ran it, when it was queued, started and ended; and each wait of the main thread
+    for a job still compiling. Patched right after the program's `import triton` when our
+    plugin is loaded (so the early start's jobs during conftest.py imports are in it), else at
+    configure. Times are seconds since `SUITE_PROBE_T0`, as is each test's start.
+
 It writes them as JSON to `SUITE_PROBE_OUT` at the end of the session. Timers are wall-clock
 sums over calls, and calls on background threads (our early compiles of loaded winners) are
 summed too, so they can add up to more than the session.
@@ -38,6 +44,7 @@ _lock = threading.Lock()
 TIMERS: dict[str, list[float]] = {}  # name -> [calls, seconds]
 TESTS: dict[str, dict[str, Any]] = {}
 MARKS: dict[str, float] = {}
+EVENTS: list[list[Any]] = []  # [kind, label, thread, queued|None, start, end]; time.time()
 
 
 def _add(name: str, seconds: float) -> None:
@@ -113,6 +120,54 @@ def _instrument() -> None:
     Progress.compiled = compiled  # type: ignore[method-assign]
 
 
+def _patch_jobs() -> None:
+    """Record our compile jobs (see the module docstring); once, where scheduler.py is loaded."""
+    import sys
+
+    scheduler = sys.modules.get("autotune_cache.triton.scheduler")
+    job = getattr(scheduler, "CompileJob", None)
+    if job is None or getattr(job, "_suite_probe", False):
+        return
+    init, run, result = job.__init__, job.run, job.result
+
+    def queued(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._probe_queued = time.time()
+
+    def ran(self: Any) -> bool:
+        start = time.time()
+        did = run(self)
+        if did:
+            with _lock:
+                EVENTS.append(["job", str(self.label)[:160], threading.current_thread().name,
+                               getattr(self, "_probe_queued", None), start, time.time()])
+        return did
+
+    def waited(self: Any, timeout: float | None = None) -> Any:
+        if self.done():
+            return result(self, timeout)
+        start = time.time()
+        try:
+            return result(self, timeout)
+        finally:
+            with _lock:
+                EVENTS.append(["wait", str(self.label)[:160], threading.current_thread().name,
+                               None, start, time.time()])
+
+    job.__init__, job.run, job.result = queued, ran, waited
+    job._suite_probe = True
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """After our plugin's own hook (tryfirst) asked for its early start, before conftest.py
+    files import: patch the jobs right after the program's `import triton`, after that start."""
+    import sys
+
+    hook = sys.modules.get("autotune_cache.foundation.import_hook")
+    if hook is not None and hasattr(hook, "when_triton_imported"):
+        hook.when_triton_imported(_patch_jobs)
+
+
 def _cuda_start() -> None:
     """Time the CUDA driver's start-up once, where there is a GPU."""
     try:
@@ -131,6 +186,7 @@ def _cuda_start() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     MARKS["imported_at"] = _T_IMPORTED
     _instrument()
+    _patch_jobs()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -145,11 +201,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
-    start = time.perf_counter()
+    start, at = time.perf_counter(), time.time()
     try:
         return (yield)
     finally:
-        TESTS.setdefault(item.nodeid, {})["seconds"] = round(time.perf_counter() - start, 4)
+        test = TESTS.setdefault(item.nodeid, {})
+        test["seconds"] = round(time.perf_counter() - start, 4)
+        test["start"] = round(at - _t0(), 4)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -209,12 +267,16 @@ def _census() -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["owner"], r["kernel"]))
 
 
+def _t0() -> float:
+    return float(os.environ.get("SUITE_PROBE_T0") or _T_IMPORTED)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("SUITE_PROBE_OUT")
     if not out:
         return
     marks = dict(MARKS, finished_at=time.time())
-    t0 = float(os.environ.get("SUITE_PROBE_T0") or marks["imported_at"])
+    t0 = _t0()
     if "session_start_at" in marks and "collected_at" in marks:
         # Segments of the process, one after another (the runner adds the exit after this).
         marks["startup_s"] = marks["imported_at"] - t0
@@ -228,6 +290,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "tests": TESTS,
         "ours": _our_stats(),
         "census": _census(),
+        "events": [[kind, label, thread, None if queued is None else round(queued - t0, 4),
+                    round(start - t0, 4), round(end - t0, 4)]
+                   for kind, label, thread, queued, start, end in EVENTS],
         "exitstatus": int(session.exitstatus),
     }
     with open(out, "w") as f:

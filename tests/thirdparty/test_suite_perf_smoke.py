@@ -57,6 +57,13 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     assert sorted(totals["S-load"]["kernels_served"]) == ["fakelib.ops.add_kernel",
                                                          "fakelib.ops.scale_kernel"]
     assert {row["what"] for row in data["profile"]} >= {"process wall", "tests"}
+    # The probe's timeline: every test's start, and our compile jobs (none on the interpreter,
+    # which compiles nothing ahead; the events' shape is bench/suite_probe.py's _patch_jobs).
+    for name in ran:
+        probe = data["raw"][name]["probe"]
+        assert probe["events"] == [], name
+        starts = [t["start"] for t in probe["tests"].values()]
+        assert starts and all(s > 0 for s in starts), name
     # S-regen: add_kernel's entries (two sizes) each lost one of three timings in the file; the
     # regen in place times exactly those two, serves scale_kernel from the file, and rewrites
     # the file whole, the edited entries with every candidate again.
