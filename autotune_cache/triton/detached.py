@@ -30,19 +30,18 @@ import glob
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from autotune_cache.foundation.key import Device
 from autotune_cache.triton import process
+from autotune_cache.triton.device import cuda_arch
 
 log = logging.getLogger(__name__)
 
 # The kernel driver's list of NVIDIA GPUs: one directory per GPU, with a `Model:` line.
 PROC_GPUS = "/proc/driver/nvidia/gpus"
-_ARCH_RE = re.compile(r"sm_(\d+)")
 
 
 class _Primed:
@@ -71,14 +70,14 @@ def visible_models(root: str = PROC_GPUS) -> set[str] | None:
 
 def target_of(device: Device) -> Any | None:
     """Triton's compile target for a recorded NVIDIA device (`sm_90`), else None."""
-    match = _ARCH_RE.fullmatch(device.arch)
-    if match is None:
+    arch = cuda_arch(device)
+    if arch is None:
         return None
     try:
         from triton.backends.compiler import GPUTarget
     except ImportError:
         return None
-    return GPUTarget("cuda", int(match.group(1)), 32)
+    return GPUTarget("cuda", arch, 32)
 
 
 def pick(devices: Iterable[Device], models: set[str] | None) -> Device | None:
@@ -86,7 +85,7 @@ def pick(devices: Iterable[Device], models: set[str] | None) -> Device | None:
     None when there is none or more than one: a device must be one of `models` when the kernel
     driver lists any; a file of several devices on a machine that lists none is left to the
     first launch."""
-    found = {d for d in devices if _ARCH_RE.fullmatch(d.arch)
+    found = {d for d in devices if cuda_arch(d) is not None
              and (models is None or d.name in models)}
     return found.pop() if len(found) == 1 else None
 

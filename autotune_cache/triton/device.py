@@ -70,15 +70,22 @@ def _ptxas_version(arch: int) -> str | None:
     return match.group(1) if match else None
 
 
+def cuda_arch(device: Device) -> int | None:
+    """The compute capability of an NVIDIA device as Triton numbers it (`sm_90` is 90), else
+    None (the interpreter, another backend)."""
+    match = re.fullmatch(r"sm_(\d+)", device.arch)
+    return int(match.group(1)) if match else None
+
+
 def toolchain(device: Device) -> dict[str, str]:
     """Toolchain versions that decide whether a tuned result still holds: Triton's version, plus
     the ptxas version when compiling for an NVIDIA GPU (it changes the generated code)."""
     import triton
 
     versions = {"triton": triton.__version__}
-    match = re.fullmatch(r"sm_(\d+)", device.arch)
-    if match:
-        ptxas = _ptxas_version(int(match.group(1)))
+    arch = cuda_arch(device)
+    if arch is not None:
+        ptxas = _ptxas_version(arch)
         if ptxas:
             versions["ptxas"] = ptxas
     return versions
