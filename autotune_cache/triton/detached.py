@@ -37,6 +37,7 @@ from typing import Any
 from autotune_cache.foundation.key import Device
 from autotune_cache.triton import process
 from autotune_cache.triton.device import cuda_arch
+from autotune_cache.triton.scheduler import prime_triton
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ PROC_GPUS = "/proc/driver/nvidia/gpus"
 
 
 class _Primed:
-    """The targets (by arch) Triton was primed for in this process (process.py)."""
+    """The targets (by arch) whose CUDA utilities module was built in this process (process.py)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -91,9 +92,10 @@ def pick(devices: Iterable[Device], models: set[str] | None) -> Device | None:
 
 
 def prime(target: Any) -> None:
-    """Once per target and process, on one thread: what every compile's cache key starts with
-    (scheduler.py `_prime_triton` says why), and Triton's CUDA utilities module built into the
-    compile cache (the driver builds it when it starts: about 0.4 s with an empty cache)."""
+    """Once per target and process: Triton primed for `target` (scheduler.py `prime_triton`),
+    and Triton's CUDA utilities module built into the compile cache (the driver builds it when
+    it starts: about 0.4 s with an empty cache)."""
+    prime_triton(target)
     arch = getattr(target, "arch", 0)
     primed = process.current().made("detached", _Primed)
     if arch in primed.arches:
@@ -102,14 +104,10 @@ def prime(target: Any) -> None:
         if arch in primed.arches:
             return
         try:
-            from triton.compiler.compiler import make_backend
-            from triton.runtime.cache import triton_key
-
-            triton_key()
-            make_backend(target).hash()
             _nvidia_driver_module().CudaUtils()
-        except Exception as e:  # noqa: BLE001 - only a head start; the compile says what fails
-            log.debug("autotune_cache: priming Triton for %s failed: %s", target, e)
+        except Exception as e:  # noqa: BLE001 - only a head start; the launch says what fails
+            log.debug("autotune_cache: building Triton's CUDA utilities for %s failed: %s",
+                      target, e)
         finally:
             primed.arches.add(arch)
 

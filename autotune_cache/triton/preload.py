@@ -468,7 +468,7 @@ def _submit(ahead: _Ahead, jit_fn: Any, wanted: dict[str, str], limit: int,
             if len(new) >= limit:
                 continue
             work = preload_job.work(jit_fn, spec, compile_cache_only, speculative, ahead.target)
-            found = CompileJob(work, priority, label=spec, prime=ahead.target is None)
+            found = CompileJob(work, priority, label=spec, target=ahead.target)
             ahead.compiles[(id(jit_fn), spec)] = found
             new.append(found)
             jit_key = jit_key_of(spec)

@@ -73,34 +73,40 @@ class Priority(enum.IntEnum):
     SPECULATIVE = 3
 
 
-_primed = threading.Event()
+_primed: set[Any] = set()  # None (the driver's target) or a target's (backend, arch)
 _prime_lock = threading.Lock()
 
 
-def _prime_triton() -> None:
-    """Compute, once and on one thread, what every Triton compile's cache key starts with: the
-    hash of Triton's own sources and 100+ MB libtriton (`triton_key`) and the backend's ptxas
-    version (a subprocess). Both are memoized by Triton but not guarded: the pool's first jobs,
-    starting together, each computed them. Profiled on the H200 (Liger-Kernel's suite, loading
-    its results into an empty compile cache): 8.2 s of the compile threads' 85 s, all at the
-    start, while the first test waited for its winner. A failure here is left to the compile."""
-    if _primed.is_set():
+def prime_triton(target: Any | None = None) -> None:
+    """Compute, once per target and on one thread, what every Triton compile's cache key starts
+    with: the hash of Triton's own sources and 100+ MB libtriton (`triton_key`) and the
+    backend's ptxas version (a subprocess). Both are memoized by Triton but not guarded: the
+    pool's first jobs, starting together, each computed them. Profiled on the H200 (Liger-Kernel's
+    suite, loading its results into an empty compile cache): 8.2 s of the compile threads' 85 s,
+    all at the start, while the first test waited for its winner. `target`: Triton's compile
+    target, for a compile that must not start the GPU driver (detached.py); None: the driver's
+    current one. A failure here is left to the compile."""
+    key = None if target is None else (getattr(target, "backend", None),
+                                       getattr(target, "arch", None))
+    if key in _primed:
         return
     with _prime_lock:
-        if _primed.is_set():
+        if key in _primed:
             return
         try:
+            from triton.compiler.compiler import make_backend
             from triton.runtime.cache import triton_key
 
             triton_key()
-            from triton.compiler.compiler import make_backend
-            from triton.runtime.driver import driver
+            if target is None:
+                from triton.runtime.driver import driver
 
-            make_backend(driver.active.get_current_target()).hash()
+                target = driver.active.get_current_target()
+            make_backend(target).hash()
         except Exception:  # noqa: BLE001, S110 - only a head start; the compile says what fails
             pass
         finally:
-            _primed.set()
+            _primed.add(key)
 
 
 def _nice() -> int | None:
@@ -125,14 +131,14 @@ class CompileJob(Future):  # type: ignore[type-arg]
     """One compile: a `Future` that whoever waits for it runs when no worker has started it."""
 
     def __init__(self, fn: Callable[[], Any], priority: Priority, label: str = "",
-                 prime: bool = True) -> None:
+                 target: Any | None = None) -> None:
         super().__init__()
         self.fn = fn
         self.priority = priority
         self.label = label  # what it compiles, for logs and tests
-        # Whether Triton is primed for the current device first (`_prime_triton`); a compile
-        # that must not start the GPU driver (detached.py) primes for its own target.
-        self.prime = prime
+        # The compile target Triton is primed for first (`prime_triton`): None for the driver's,
+        # else the one a compile that must not start the GPU driver names (detached.py).
+        self.target = target
         self.pid = os.getpid()
         self._claim_lock = threading.Lock()
         self._claimed = False
@@ -145,8 +151,7 @@ class CompileJob(Future):  # type: ignore[type-arg]
             self._claimed = True
         if not self.set_running_or_notify_cancel():
             return False
-        if self.prime:
-            _prime_triton()
+        prime_triton(self.target)
         try:
             value = self.fn()
         except BaseException as e:  # noqa: BLE001 - the waiter sees it, as with any Future

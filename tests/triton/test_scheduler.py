@@ -122,7 +122,7 @@ def test_the_first_jobs_hash_tritons_sources_once_not_each(monkeypatch):
         return "key"
 
     monkeypatch.setattr(triton_cache, "triton_key", slow_key)
-    monkeypatch.setattr(scheduler, "_primed", threading.Event())
+    monkeypatch.setattr(scheduler, "_primed", set())
     pool = scheduler.CompileScheduler().size(8)
     try:
         jobs = [pool.submit(lambda i=i: i, Priority.CANDIDATE) for i in range(8)]
