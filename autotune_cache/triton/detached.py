@@ -123,20 +123,14 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     into Triton's compile cache, and build its launcher there; the compiled kernel. Raises what
     Triton raises (a record of another kernel, a compile error)."""
     import triton
-    import triton.language as tl
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
     data = json.loads(specialization)
     if data.get("name") != getattr(jit_fn, "_fn_name", data.get("name")):
         raise RuntimeError(f"the record is of {data.get('name')!r}, not of {jit_fn._fn_name!r}")
-    constexprs = {
-        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
-                     else tl.constexpr(value["constexpr"])
-                     if isinstance(value, dict) and "constexpr" in value else value)
-        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
+    signature, constexprs = _signature(data)
     attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
-    signature = {key: _tuples(value) for key, value in data["signature"].items()}
     options = {key: tuple(value) if isinstance(value, list) else value
                for key, value in data["options"].items()}
     options = make_backend(target).parse_options(options)
@@ -146,9 +140,63 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     return kernel
 
 
+def _signature(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[int, ...], Any]]:
+    """A preload record's signature and constexprs, as `JITFunction.preload` reads them."""
+    import triton.language as tl
+
+    constexprs = {
+        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
+                     else tl.constexpr(value["constexpr"])
+                     if isinstance(value, dict) and "constexpr" in value else value)
+        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
+    signature = {key: _tuples(value) for key, value in data["signature"].items()}
+    return signature, constexprs
+
+
 def _tuples(value: Any) -> Any:
     """JSON's lists back to the tuples Triton's signatures hold (as `JITFunction.preload`)."""
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def launcher_of(specialization: str) -> str | None:
+    """What the launcher of a recorded specialization is built from (its signature and
+    constexprs, as text: equal texts, one launcher), or None for a record whose launcher the
+    kernel's compile must describe (tensor descriptors) or that does not parse."""
+    try:
+        data = json.loads(specialization)
+        signature = data["signature"]
+        constants = [data["constant_keys"], data["constant_vals"]]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if "tensordesc" in json.dumps(signature):
+        return None
+    return json.dumps([signature, constants])  # in the signature's order: the arguments'
+
+
+def build_launcher_of(launcher: str) -> bool:
+    """Build the launcher `launcher_of` described into the compile cache, without the kernel
+    or the driver: the NVIDIA backend's own class, given the record's signature and constexprs
+    where it reads them from a compiled kernel, so its source and the cache entry are those a
+    launch of that specialization builds (Triton 3.6: from the signature alone). Metadata it
+    reads after the build are given neutral values. Whether it built (a failure is left to the
+    kernel's own compile)."""
+    from types import SimpleNamespace
+
+    try:
+        signature, constants = json.loads(launcher)
+        names = list(signature)
+        signature, constexprs = _signature({"signature": signature, "constant_keys": constants[0],
+                                            "constant_vals": constants[1]})
+        source = SimpleNamespace(constants=constexprs, signature=signature,
+                                 fn=SimpleNamespace(arg_names=names))
+        _nvidia_driver_module().CudaLauncher(source, SimpleNamespace(
+            tensordesc_meta=None, num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+            profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+            launch_pdl=False))
+    except Exception as e:  # noqa: BLE001 - only a head start
+        log.debug("autotune_cache: building a launcher ahead failed: %s", e)
+        return False
+    return True
 
 
 def build_launcher(kernel: Any) -> None:

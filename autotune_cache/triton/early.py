@@ -35,19 +35,25 @@ imports, and the main thread's share of the GIL that the compiles take
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import Any
 
 from autotune_cache.cache import Cache
 from autotune_cache.config.flags import Settings
-from autotune_cache.triton import preload, warmups
+from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.foundation.key import Device
+from autotune_cache.triton import detached, preload, scheduler, warmups
 from autotune_cache.triton.device import interpreter_active
+from autotune_cache.triton.scheduler import Priority
 
 log = logging.getLogger(__name__)
 
 # How many loaded kernels `scan` looks at to name the device, when no tuner's entries have.
 DEVICE_PROBES = 8
+# The most launchers built ahead of their kernels (`_get_ready`): distinct signatures.
+LAUNCHERS_MAX = 128
 
 
 def start(settings: Settings) -> None:
@@ -66,6 +72,52 @@ def start(settings: Settings) -> None:
         return
     if preload.start_early(view, stale_too=settings.dump_to is not None):
         scan()
+        _get_ready()
+
+
+def _get_ready() -> None:
+    """Once the device is named (`scan`): what every compile for it needs and what no kernel
+    is needed for, on the pool before any kernel is decorated. Triton primed for the target
+    (its source hash, the backend's ptxas version: about 1 s, on the first compile's path
+    otherwise), its CUDA utilities module, and the launcher of each recorded signature
+    (about 0.4 s of the host compiler each, after each kernel's compile otherwise). A library
+    whose kernels are defined at its tests' collection (Liger-Kernel's) gives its compiles
+    nothing earlier to start from; these start during conftest.py's imports."""
+    ahead = preload.ahead()
+    if ahead is None or not ahead.early or ahead.device is None or ahead.target is None:
+        return
+    scheduler.scheduler().enqueue(scheduler.CompileJob(
+        functools.partial(_launchers, ahead.cache, ahead.device, ahead.target),
+        Priority.AHEAD, label="ready", target=ahead.target))
+
+
+def _launchers(cache: Cache, device: Device, target: Any) -> int:
+    """The job `_get_ready` queues (Triton is primed by then: the job names the target):
+    queue one build per distinct launcher the loaded entries of `device` describe, within
+    the compile-ahead's caps, at the lowest priority (every kernel's compile goes first; no
+    launch waits for one); how many."""
+    detached.prime(target)
+    launchers: set[str] = set()
+    entries_left, bytes_left = preload.AHEAD_SCAN_LIMIT, preload.AHEAD_SCAN_BYTES
+    for name in sorted(cache.loaded_kernels()):
+        entries, unparsed = cache.loaded_cost(name)
+        if entries > entries_left or unparsed > bytes_left or len(launchers) >= LAUNCHERS_MAX:
+            break
+        entries_left, bytes_left = entries_left - entries, bytes_left - unparsed
+        try:
+            loaded = cache.loaded_entries(name, max_entries=entries, max_unparsed_bytes=unparsed)
+        except AutotuneCacheError:
+            continue  # a damaged entry: the lookup that needs it says so
+        for key, entry in loaded:
+            spec = entry.result.triton_specialization
+            launcher = detached.launcher_of(spec) if spec and key.device == device else None
+            if launcher is not None:
+                launchers.add(launcher)
+    pool = scheduler.scheduler()
+    for launcher in sorted(launchers)[:LAUNCHERS_MAX]:
+        pool.enqueue(scheduler.CompileJob(functools.partial(detached.build_launcher_of, launcher),
+                                          Priority.SPECULATIVE, label="launcher", target=target))
+    return len(launchers)
 
 
 def _cuda_started() -> bool:

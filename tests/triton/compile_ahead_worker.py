@@ -7,6 +7,9 @@ and their entries, with the winners' recorded specializations, saved to PATH.
 kernel's winner through `JITFunction.preload`; the second kernel's hit then compiles nothing.
 A third argument `qualified` names the kernels `module.qualname` in their keys.
 `early PATH`: the compile-ahead from the start (triton/early.py) on PATH's winners, then a launch.
+`launchers PATH`: each of PATH's winners compiled for sm_90 as the early start does, and its
+launcher built from the record alone (detached.py `build_launcher_of`); prints the C sources
+each way (a GPU-less machine cannot link them: the build is stopped at the source).
 `helper DIR`: a compile helper (autotune_cache/triton/compile_helper.py) run on DIR's job, with
 the same compile-only driver and device; prints its markers ({digest: "" compiled, "-" left}).
 Prints one JSON line of counts.
@@ -79,9 +82,19 @@ def early(path: str) -> None:
     names as the tuners are decorated, without the GPU driver (here none could start); then
     the first launch, with the driver up, confirms the device and loads each binary from the
     compile cache."""
-    from autotune_cache.triton import early, scheduler
+    import threading
 
-    early.start(Settings(load_from=(path,), compile_workers=2))
+    from autotune_cache.triton import detached, early, scheduler
+
+    ahead_launchers: list[str] = []
+    built = threading.Condition()
+
+    def build(launcher: str) -> bool:  # no libcuda here to link one: recorded instead
+        with built:
+            ahead_launchers.append(launcher)
+            built.notify_all()
+        return True
+
     intervals: list[float] = []
     original = preload_job.compile_detached
 
@@ -90,6 +103,11 @@ def early(path: str) -> None:
         return original(*args, **kwargs)
 
     preload_job.compile_detached = watched
+    detached.build_launcher_of = build
+    early.start(Settings(load_from=(path,), compile_workers=2))
+    with built:  # before any kernel is decorated
+        built.wait_for(lambda: len(ahead_launchers) >= 2, timeout=120)
+    launchers_before_kernels = len(ahead_launchers)
     add, acc = (autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
         fn, kernel_name=f"{fn.__module__}.{fn.__name__}")
         for fn in (kernels.add_kernel, kernels.accumulate_kernel))
@@ -115,11 +133,50 @@ def early(path: str) -> None:
         "jobs": len(jobs), "compiled": compiled, "driver_before_launch": driver_before,
         "guessed": guessed, "interval_while_compiling": sorted(set(intervals)),
         "interval_after": sys.getswitchinterval(), "confirmed": not ahead.early,
-        "tuned": tuned, "launch_compiles": len(add_compiles)}))
+        "tuned": tuned, "launch_compiles": len(add_compiles),
+        "launchers_before_kernels": launchers_before_kernels,
+        "launcher_names": sorted(",".join(json.loads(t)[0]) for t in ahead_launchers)}))
+
+
+def launchers(path: str) -> None:
+    """The launcher a record describes without its kernel, against the kernel's own: Triton's
+    NVIDIA launcher class builds both; its C source is caught where it is compiled and cached
+    (`compile_module_from_src`, keyed by the source), with the library lookup that needs
+    libcuda stubbed."""
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import driver as nvidia
+
+    from autotune_cache.formats import load_results
+    from autotune_cache.triton import detached
+
+    sources: list[str] = []
+
+    class Caught(Exception):
+        pass
+
+    def caught(src: str, **_: object) -> None:
+        sources.append(src)
+        raise Caught  # no libcuda to link against here
+
+    nvidia.compile_module_from_src = caught
+    nvidia.library_dirs = lambda: []
+    functions = {f._fn_name: f for f in (kernels.add_kernel, kernels.accumulate_kernel)}
+    pairs = []
+    for entry in load_results(path):
+        spec = entry.result.triton_specialization
+        kernel = functions[json.loads(spec)["name"]]
+        del sources[:]
+        detached.compile_specialization(kernel, spec, GPUTarget("cuda", 90, 32))
+        built = detached.build_launcher_of(detached.launcher_of(spec) or "")
+        pairs.append({"kernel": kernel.__name__, "sources": list(sources), "built": built})
+    print(json.dumps({"pairs": pairs}))
 
 
 def main() -> None:
     phase, path = sys.argv[1], sys.argv[2]
+    if phase == "launchers":
+        launchers(path)
+        return
     if phase == "helper":
         helper(path)
         return

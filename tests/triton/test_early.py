@@ -53,6 +53,10 @@ def test_the_winners_compile_as_kernels_are_decorated_without_the_gpu_driver(tmp
     assert out["interval_after"] == pytest.approx(0.005)
     assert out["confirmed"] is True and out["tuned"] is False
     assert out["launch_compiles"] == 1  # Triton's own compile path, a compile-cache hit
+    # Before either kernel was decorated, one launcher per recorded signature was queued.
+    assert out["launchers_before_kernels"] == 2
+    assert out["launcher_names"] == ["x_ptr,out_ptr,n,BLOCK_SIZE",
+                                   "x_ptr,y_ptr,out_ptr,n,BLOCK_SIZE"]
     fresh = _cubins(tmp_path / "fresh")
     assert fresh < tuned and len(fresh) == 2  # the two winners of the tuning's four candidates
 
@@ -284,3 +288,29 @@ def test_a_kernel_is_left_until_its_module_is_imported(tmp_path, monkeypatch):
     assert not module_importing(halfway_mod.k)
     assert warmups._resolve("halfway_mod.k") is not warmups._UNKNOWN  # resolved now
     assert not warmups._module_importing("halfway_mod.k")
+
+
+def test_a_launcher_is_built_ahead_from_the_record_alone(tmp_path):
+    """The early start builds each recorded signature's launcher before the kernel exists
+    (detached.py `build_launcher_of`): Triton's own launcher class, given the record, writes
+    the same C source as for the compiled kernel, so the launch finds that module in the
+    compile cache (keyed by the source)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "AUTOTUNE_"))}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "tc"), AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    results = tmp_path / "r.textproto"
+    _run("tune", results, env)
+    pairs = _run("launchers", results, env)["pairs"]
+    assert sorted(p["kernel"] for p in pairs) == ["accumulate_kernel", "add_kernel"]
+    for pair in pairs:
+        kernel_own, from_record = pair["sources"]
+        assert "PyInit___triton_launcher" in kernel_own
+        assert from_record == kernel_own, pair["kernel"]
+    # The two kernels' signatures differ, and so do their launchers.
+    assert pairs[0]["sources"][0] != pairs[1]["sources"][0]
+    spec = load_results(results)[0].result.triton_specialization
+    assert detached.launcher_of(spec) is not None
+    assert detached.launcher_of("not json") is None
+    tensordesc = json.loads(spec)
+    tensordesc["signature"] = {"d": "tensordesc<fp16[64, 64]>"}
+    assert detached.launcher_of(json.dumps(tensordesc)) is None
