@@ -258,7 +258,8 @@ FLAGS: tuple[_Flag, ...] = (
           "--autotune_compile_at_start",
           "on a GPU machine, the loaded files' winners and warm-ups start compiling (into "
           "Triton's compile cache, for the GPU model the files name) as the program defines "
-          "their kernels, before it first uses the GPU, instead of at the first launch; off "
+          "their kernels, before it first uses the GPU, instead of at the first launch, and "
+          "their launchers from the program's `import triton`; off "
           "by default: its one GPU run measured it slower on Liger-Kernel's suite "
           "([triton.md](triton.md#compiling-ahead-at-start))"),
     _Flag("autotune_switch_interval_us", "switch_interval_us",
