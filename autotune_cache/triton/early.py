@@ -100,9 +100,11 @@ def _launchers(cache: Cache, device: Device, target: Any) -> int:
     launchers: set[str] = set()
     entries_left, bytes_left = preload.AHEAD_SCAN_LIMIT, preload.AHEAD_SCAN_BYTES
     for name in sorted(cache.loaded_kernels()):
-        entries, unparsed = cache.loaded_cost(name)
-        if entries > entries_left or unparsed > bytes_left or len(launchers) >= LAUNCHERS_MAX:
+        if len(launchers) >= LAUNCHERS_MAX:
             break
+        entries, unparsed = cache.loaded_cost(name)
+        if entries > entries_left or unparsed > bytes_left:
+            continue  # too much to read for a head start: its kernel's compile builds it
         entries_left, bytes_left = entries_left - entries, bytes_left - unparsed
         try:
             loaded = cache.loaded_entries(name, max_entries=entries, max_unparsed_bytes=unparsed)
