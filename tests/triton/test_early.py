@@ -314,3 +314,40 @@ def test_a_launcher_is_built_ahead_from_the_record_alone(tmp_path):
     tensordesc = json.loads(spec)
     tensordesc["signature"] = {"d": "tensordesc<fp16[64, 64]>"}
     assert detached.launcher_of(json.dumps(tensordesc)) is None
+
+
+def test_the_ready_up_queues_one_launcher_per_signature_of_the_device(use_cache, fake, tmp_path,
+                                                                     monkeypatch):
+    """At `import triton` the early start queues, after priming, one launcher build per
+    distinct signature among the entries of its device: not another device's, not a record
+    with tensor descriptors (its kernel describes that launcher), each once, last in line."""
+    from autotune_cache.proto import autotune_results_pb2 as pb
+    from autotune_cache.triton import early
+
+    path, _ = write_results(use_cache, fake, tmp_path, problems=(100, 200), which="ab")
+    _moved_to(path, H100)
+    entries = load_results(path)
+    assert len(entries) == 4
+
+    def record(*types: str) -> str:
+        return json.dumps({"name": "k", "signature": {f"a{i}": t for i, t in enumerate(types)},
+                           "constant_keys": [[1]], "constant_vals": [64]})
+
+    specs = [record("*fp32", "constexpr"), record("*fp32", "constexpr"),
+             record("*fp16", "constexpr"), record("tensordesc<fp16[64]>", "constexpr")]
+    for entry, text in zip(entries, specs, strict=True):
+        entry.result.triton_specialization = text
+    elsewhere = pb.Entry()
+    elsewhere.CopyFrom(entries[0])
+    elsewhere.key.device.CopyFrom(A100.to_proto())
+    elsewhere.result.triton_specialization = record("*bf16", "constexpr")
+    save_results(path, [*entries, elsewhere])
+    queued: list[scheduler.CompileJob] = []
+    monkeypatch.setattr(scheduler, "scheduler", lambda *a: type(
+        "Pool", (), {"enqueue": staticmethod(queued.append)})())
+    monkeypatch.setattr(detached, "prime", lambda target: None)
+    view = Cache(Settings(load_from=(str(path),)))
+    assert early._launchers(view, H100, "sm_90 target") == 2
+    assert {job.priority for job in queued} == {Priority.SPECULATIVE}
+    assert {job.target for job in queued} == {"sm_90 target"}
+    assert sorted(json.loads(job.fn.args[0])[0]["a0"] for job in queued) == ["*fp16", "*fp32"]
