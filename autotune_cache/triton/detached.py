@@ -158,37 +158,47 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def launcher_of(specialization: str) -> str | None:
-    """What the launcher of a recorded specialization is built from (its signature and
-    constexprs, as text: equal texts, one launcher), or None for a record whose launcher the
-    kernel's compile must describe (tensor descriptors) or that does not parse."""
+def per_signature_launchers() -> bool:
+    """Whether this Triton builds a C launcher per kernel signature, from its source alone
+    (3.6: `make_launcher` and `compile_module_from_src` in the NVIDIA driver module). Triton
+    3.9 has one generic launcher, and its `CudaLauncher` asks the active driver for it, which
+    starts the GPU driver: nothing is built ahead there."""
     try:
-        data = json.loads(specialization)
-        signature = data["signature"]
-        constants = [data["constant_keys"], data["constant_vals"]]
+        module = _nvidia_driver_module()
+    except Exception:  # noqa: BLE001 - no NVIDIA backend
+        return False
+    return hasattr(module, "make_launcher") and hasattr(module, "compile_module_from_src")
+
+
+def launcher_of(specialization: str) -> str | None:
+    """What the launcher of a recorded specialization is built from: its signature, as text
+    in the arguments' order (equal texts, one launcher; Triton 3.6 ignores the constexprs'
+    values there), or None for a record whose launcher the kernel's compile must describe
+    (tensor descriptors) or that does not parse."""
+    try:
+        signature = json.loads(specialization)["signature"]
     except (ValueError, TypeError, KeyError):
         return None
-    if "tensordesc" in json.dumps(signature):
+    if not isinstance(signature, dict) or "tensordesc" in json.dumps(signature):
         return None
-    return json.dumps([signature, constants])  # in the signature's order: the arguments'
+    return json.dumps(signature)
 
 
 def build_launcher_of(launcher: str) -> bool:
     """Build the launcher `launcher_of` described into the compile cache, without the kernel
-    or the driver: the NVIDIA backend's own class, given the record's signature and constexprs
-    where it reads them from a compiled kernel, so its source and the cache entry are those a
-    launch of that specialization builds (Triton 3.6: from the signature alone). Metadata it
-    reads after the build are given neutral values. Whether it built (a failure is left to the
-    kernel's own compile)."""
+    or the driver: the NVIDIA backend's own class, given the record's signature where it reads
+    it from a compiled kernel, so its source and the cache entry are those a launch of that
+    specialization builds (tests/triton/test_early.py compares them). Metadata it reads after
+    the build get neutral values. Only where `per_signature_launchers`; whether it built (a
+    failure is left to the kernel's own compile)."""
     from types import SimpleNamespace
 
+    if not per_signature_launchers():
+        return False
     try:
-        signature, constants = json.loads(launcher)
-        names = list(signature)
-        signature, constexprs = _signature({"signature": signature, "constant_keys": constants[0],
-                                            "constant_vals": constants[1]})
-        source = SimpleNamespace(constants=constexprs, signature=signature,
-                                 fn=SimpleNamespace(arg_names=names))
+        signature = {key: _tuples(value) for key, value in json.loads(launcher).items()}
+        source = SimpleNamespace(constants={}, signature=signature,
+                                 fn=SimpleNamespace(arg_names=list(signature)))
         _nvidia_driver_module().CudaLauncher(source, SimpleNamespace(
             tensordesc_meta=None, num_ctas=1, global_scratch_size=0, global_scratch_align=1,
             profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
@@ -201,6 +211,9 @@ def build_launcher_of(launcher: str) -> bool:
 
 def build_launcher(kernel: Any) -> None:
     """Build `kernel`'s launcher into the compile cache with the NVIDIA backend's own class,
-    without the driver; a failure is left to the first launch."""
+    without the driver (only where `per_signature_launchers`); a failure is left to the first
+    launch."""
+    if not per_signature_launchers():
+        return
     with contextlib.suppress(Exception):
         _nvidia_driver_module().CudaLauncher(kernel.src, kernel.metadata)

@@ -43,6 +43,7 @@ from typing import Any
 from autotune_cache.cache import Cache
 from autotune_cache.config.flags import Settings
 from autotune_cache.errors import AutotuneCacheError
+from autotune_cache.foundation import env
 from autotune_cache.foundation.key import Device
 from autotune_cache.triton import detached, preload, scheduler, warmups
 from autotune_cache.triton.device import interpreter_active
@@ -80,23 +81,50 @@ def _get_ready() -> None:
     is needed for, on the pool before any kernel is decorated. Triton primed for the target
     (its source hash, the backend's ptxas version: about 1 s, on the first compile's path
     otherwise), its CUDA utilities module, and the launcher of each recorded signature
-    (about 0.4 s of the host compiler each, after each kernel's compile otherwise). A library
+    (about 0.4 s of the host compiler each, after each kernel's compile otherwise; Triton 3.6,
+    whose launchers are built per signature: 3.9's one generic launcher is not). A library
     whose kernels are defined at its tests' collection (Liger-Kernel's) gives its compiles
     nothing earlier to start from; these start during conftest.py's imports."""
     ahead = preload.ahead()
     if ahead is None or not ahead.early or ahead.device is None or ahead.target is None:
         return
-    scheduler.scheduler().enqueue(scheduler.CompileJob(
-        functools.partial(_launchers, ahead.cache, ahead.device, ahead.target),
-        Priority.AHEAD, label="ready", target=ahead.target))
+    try:
+        scheduler.scheduler().enqueue(scheduler.CompileJob(
+            functools.partial(_launchers, ahead.cache, ahead.device, ahead.target),
+            Priority.AHEAD, label="ready", target=ahead.target))
+    except Exception as e:  # noqa: BLE001 - it runs inside the program's imports
+        log.debug("autotune_cache: no ready-up ahead: %s", e)
 
 
 def _launchers(cache: Cache, device: Device, target: Any) -> int:
     """The job `_get_ready` queues (Triton is primed by then: the job names the target):
     queue one build per distinct launcher the loaded entries of `device` describe, within
     the compile-ahead's caps, at the lowest priority (every kernel's compile goes first; no
-    launch waits for one); how many."""
-    detached.prime(target)
+    launch waits for one), a pytest-xdist worker from its own offset into the list (the
+    workers share the compile cache); how many. Never raises: only a head start."""
+    try:
+        detached.prime(target)
+        if not detached.per_signature_launchers():
+            return 0
+        launchers = sorted(_recorded_launchers(cache, device))[:LAUNCHERS_MAX]
+    except Exception as e:  # noqa: BLE001 - the kernels' own compiles build them
+        log.debug("autotune_cache: no launchers built ahead: %s", e)
+        return 0
+    worker = env.xdist_worker()
+    if worker is not None and launchers:
+        offset = len(launchers) * worker[0] // worker[1]
+        launchers = launchers[offset:] + launchers[:offset]
+    pool = scheduler.scheduler()
+    for launcher in launchers:
+        pool.enqueue(scheduler.CompileJob(functools.partial(detached.build_launcher_of, launcher),
+                                          Priority.SPECULATIVE, label="launcher", target=target))
+    return len(launchers)
+
+
+def _recorded_launchers(cache: Cache, device: Device) -> set[str]:
+    """The distinct launchers (detached.py `launcher_of`) of the loaded entries of `device`,
+    reading no more of the files than the compile-ahead's caps (about 0.3 s of parsing per MB
+    on the CPU machine, during the program's imports; a kernel with more is skipped)."""
     launchers: set[str] = set()
     entries_left, bytes_left = preload.AHEAD_SCAN_LIMIT, preload.AHEAD_SCAN_BYTES
     for name in sorted(cache.loaded_kernels()):
@@ -115,11 +143,7 @@ def _launchers(cache: Cache, device: Device, target: Any) -> int:
             launcher = detached.launcher_of(spec) if spec and key.device == device else None
             if launcher is not None:
                 launchers.add(launcher)
-    pool = scheduler.scheduler()
-    for launcher in sorted(launchers)[:LAUNCHERS_MAX]:
-        pool.enqueue(scheduler.CompileJob(functools.partial(detached.build_launcher_of, launcher),
-                                          Priority.SPECULATIVE, label="launcher", target=target))
-    return len(launchers)
+    return launchers
 
 
 def _cuda_started() -> bool:

@@ -105,8 +105,9 @@ def early(path: str) -> None:
     preload_job.compile_detached = watched
     detached.build_launcher_of = build
     early.start(Settings(load_from=(path,), compile_workers=2))
-    with built:  # before any kernel is decorated
-        built.wait_for(lambda: len(ahead_launchers) >= 2, timeout=120)
+    with built:  # before any kernel is decorated (Triton 3.6: none per signature in 3.9)
+        built.wait_for(lambda: len(ahead_launchers) >= 2,
+                       timeout=120 if detached.per_signature_launchers() else 0)
     launchers_before_kernels = len(ahead_launchers)
     add, acc = (autotune(configs=kernels.configs(32, 64), key=["n"], do_bench=do_bench)(
         fn, kernel_name=f"{fn.__module__}.{fn.__name__}")
@@ -135,7 +136,7 @@ def early(path: str) -> None:
         "interval_after": sys.getswitchinterval(), "confirmed": not ahead.early,
         "tuned": tuned, "launch_compiles": len(add_compiles),
         "launchers_before_kernels": launchers_before_kernels,
-        "launcher_names": sorted(",".join(json.loads(t)[0]) for t in ahead_launchers)}))
+        "launcher_names": sorted(",".join(json.loads(t)) for t in ahead_launchers)}))
 
 
 def launchers(path: str) -> None:
