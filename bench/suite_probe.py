@@ -19,8 +19,10 @@ It records, for the pass's one pytest process, without changing what runs:
   - a timeline of our compile jobs (triton/scheduler.py's `CompileJob`): each job's label, the
     thread that ran it, when it was queued, started and ended; and each wait of the main thread
     for a job still compiling. Patched right after the program's `import triton` when our
-    plugin is loaded (so the early start's jobs during conftest.py imports are in it), else at
-    configure. Times are seconds since `SUITE_PROBE_T0`, as is each test's start.
+    plugin's early start waits for that import (so its jobs during conftest.py imports are in
+    it), else at configure. A wait is any `result()` of a job not done yet: one a worker runs,
+    or one the waiting thread then runs itself. Times are seconds since `SUITE_PROBE_T0`, as is
+    each test's start.
 
 It writes them as JSON to `SUITE_PROBE_OUT` at the end of the session. Timers are wall-clock
 sums over calls, and calls on background threads (our early compiles of loaded winners) are
@@ -32,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -122,8 +125,6 @@ def _instrument() -> None:
 
 def _patch_jobs() -> None:
     """Record our compile jobs (see the module docstring); once, where scheduler.py is loaded."""
-    import sys
-
     scheduler = sys.modules.get("autotune_cache.triton.scheduler")
     job = getattr(scheduler, "CompileJob", None)
     if job is None or getattr(job, "_suite_probe", False):
@@ -160,11 +161,11 @@ def _patch_jobs() -> None:
 
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """After our plugin's own hook (tryfirst) asked for its early start, before conftest.py
-    files import: patch the jobs right after the program's `import triton`, after that start."""
-    import sys
-
+    files import: patch the jobs right after the program's `import triton`, after that start
+    (its first job, the ready-up, may be missed). Only where an early start waits for that
+    import: any other pass (P and W too) keeps Triton's import as it is."""
     hook = sys.modules.get("autotune_cache.foundation.import_hook")
-    if hook is not None and hasattr(hook, "when_triton_imported"):
+    if hook is not None and getattr(hook, "_pending", None):
         hook.when_triton_imported(_patch_jobs)
 
 
@@ -227,8 +228,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def _our_stats() -> dict[str, Any] | None:
-    import sys
-
     if "autotune_cache.cache" not in sys.modules:
         return None
     from autotune_cache.cache import get_cache
@@ -241,7 +240,6 @@ def _census() -> list[dict[str, Any]]:
     is (autotune_cache / routed / triton) and whether it ran. Passes that never import our
     package (P, W) are censused from the garbage collector here, every tuner Triton's."""
     import gc
-    import sys
 
     if "autotune_cache.triton.classroute" in sys.modules:
         from dataclasses import asdict

@@ -8,11 +8,13 @@ Four kinds of work share it, in this order of priority:
 2. `Priority.CANDIDATE`: a tuning's candidates (compile.py: compiled before they are
    benchmarked, at the launch or, in a dump run, queued for the end of the run by deferred.py).
 3. `Priority.AHEAD`: loaded winners and plain-kernel warm-ups compiled before any launch asks
-   for them (preload.py, warmups.py). Under pytest-xdist a worker runs at most its share of the
-   threads on this kind (the workers share the machine), each from its own offset in the list.
+   for them (preload.py, warmups.py), and the early start's ready-up (early.py). Under
+   pytest-xdist a worker runs at most its share of the threads on this kind (the workers share
+   the machine), each from its own offset in the list.
 4. `Priority.SPECULATIVE`: a dump run's warm-ups recorded under another source or toolchain
-   (preload.py `_recorded`), which may not fit any more: only when nothing else waits, under the
-   same xdist share, and no launch ever waits for one.
+   (preload.py `_recorded`), which may not fit any more, and launchers built from the file
+   before their kernels exist (early.py): only when nothing else waits, under the same xdist
+   share, and no launch ever waits for one.
 
 A worker thread always takes the oldest job of the highest priority that has room. While a
 tuning benchmarks (`held()`), no worker starts a job and the jobs in flight are let finish first

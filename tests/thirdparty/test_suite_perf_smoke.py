@@ -82,3 +82,51 @@ def test_suite_perf_smoke_runs_every_pass_with_identical_outcomes(tmp_path: Path
     # The B passes are their A's again, each on a fresh aged copy and compile cache.
     assert (totals["S-stale-B"]["tuned"], totals["S-stale-B"]["hits"]) == (4, 0)
     assert (totals["S-load-B"]["hits"], totals["S-load-B"]["benchmarks_ours"]) == (4, 0)
+
+
+def test_the_probe_records_our_compile_jobs_and_the_waits_on_them(monkeypatch):
+    """The probe's timeline (bench/suite_probe.py `_patch_jobs`) on the real scheduler: a job a
+    worker runs while the main thread waits for it, and one the waiting thread runs itself,
+    each with its thread and times; a job done before its result is asked is no wait."""
+    import threading
+
+    from autotune_cache.triton import scheduler
+    from autotune_cache.triton.scheduler import Priority
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import suite_probe
+
+    for name in ("__init__", "run", "result"):  # put back after the test
+        monkeypatch.setattr(scheduler.CompileJob, name, getattr(scheduler.CompileJob, name))
+    monkeypatch.setattr(scheduler.CompileJob, "_suite_probe", False, raising=False)
+    monkeypatch.setattr(suite_probe, "EVENTS", [])
+    monkeypatch.setattr(scheduler, "_primed", {None})  # nothing here needs Triton primed
+    suite_probe._patch_jobs()
+    suite_probe._patch_jobs()  # once only
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return 1
+
+    pool = scheduler.CompileScheduler().size(1)
+    try:
+        on_worker = pool.submit(slow, Priority.AHEAD)
+        assert started.wait(10)
+        threading.Timer(0.3, release.set).start()
+        assert on_worker.result() == 1
+        assert on_worker.result() == 1  # done: no second wait
+        here = scheduler.CompileJob(lambda: 2, Priority.AHEAD, label="here")
+        assert here.result() == 2
+    finally:
+        pool.stop()
+    rows = [(kind, label, thread) for kind, label, thread, *_ in suite_probe.EVENTS]
+    assert sorted(rows) == sorted([("job", "", "autotune-compile"), ("wait", "", "MainThread"),
+                                   ("job", "here", "MainThread"),
+                                   ("wait", "here", "MainThread")])
+    by = {(kind, label): times for kind, label, _, *times in suite_probe.EVENTS}
+    queued, start, end = by[("job", "")]
+    assert queued <= start < end
+    _, wait_start, wait_end = by[("wait", "")]
+    assert wait_end - wait_start >= 0.2 and wait_end >= end
