@@ -36,8 +36,13 @@ _finder: _AfterTritonImport | None = None
 def triton_imported() -> bool:
     """Whether Triton's package has finished importing in this process."""
     module = sys.modules.get("triton")
-    spec = getattr(module, "__spec__", None)
-    return module is not None and not getattr(spec, "_initializing", False)
+    return module is not None and not still_importing(module)
+
+
+def still_importing(module: ModuleType | None) -> bool:
+    """Whether `module` is being imported now (its body still running: what it defines further
+    down does not exist yet)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def triton_installed() -> bool:

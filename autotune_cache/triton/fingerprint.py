@@ -40,6 +40,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from autotune_cache.foundation.import_hook import still_importing
 from autotune_cache.foundation.key import KEY_SCHEME
 
 _IGNORED_MODULE_PREFIXES = ("triton.language", "triton.experimental")
@@ -70,8 +71,7 @@ def module_importing(kernel: Any) -> bool:
     later definitions (a helper it calls, a global constexpr it reads) do not exist yet, so
     neither its fingerprint nor a compile of it is final (early.py waits for the module)."""
     fn = python_function(kernel)
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+    return still_importing(sys.modules.get(getattr(fn, "__module__", None) or ""))
 
 
 def qualified_name(fn: Any) -> str:

@@ -57,6 +57,7 @@ from typing import Any
 
 from autotune_cache import cache as cache_module
 from autotune_cache.cache import Cache
+from autotune_cache.foundation.import_hook import still_importing
 from autotune_cache.foundation.key import WARMUP_CONFIGS, CacheKey, Device
 from autotune_cache.proto import autotune_results_pb2 as pb
 from autotune_cache.triton import hooks, preload, process, seeding
@@ -265,9 +266,11 @@ def _scan(state: _Process,
         if not state.pending or len(sys.modules) == state.modules_seen:
             return
         state.modules_seen = len(sys.modules)
-        found = {name: fn for name in state.pending if (fn := _resolve(name)) is not _UNKNOWN}
+        resolved = {name: _resolve(name) for name in state.pending}
+        found = {name: fn for name, fn in resolved.items()
+                 if fn is not _UNKNOWN and fn is not _IMPORTING}
         state.pending -= set(found)
-        if any(_module_importing(name) for name in state.pending):
+        if any(fn is _IMPORTING for fn in resolved.values()):
             state.modules_seen = -1  # one still being imported: look again at the next scan
         queued = 0
         for name, jit_fn in sorted(found.items()):
@@ -290,31 +293,21 @@ def _scan(state: _Process,
 
 
 _UNKNOWN = object()
-
-
-def _module_importing(name: str) -> bool:
-    """Whether the deepest imported module `name` (module-qualified) lies in is still being
-    imported."""
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module = sys.modules.get(".".join(parts[:cut]))
-        if module is not None:
-            return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
-    return False
+_IMPORTING = object()
 
 
 def _resolve(name: str) -> Any:
     """The plain JIT function `name` (module-qualified) names in a module already imported;
     None when it names something else (a tuner, a function gone), _UNKNOWN when no module
-    holding it is imported yet, or it is still being imported (its fingerprint and compile
-    would miss what it defines below the function)."""
+    holding it is imported yet, _IMPORTING when the deepest one is still being imported (its
+    fingerprint and compile would miss what it defines below the function)."""
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
         if module is None:
             continue
-        if getattr(getattr(module, "__spec__", None), "_initializing", False):
-            return _UNKNOWN
+        if still_importing(module):
+            return _IMPORTING
         value: Any = module
         for attr in parts[cut:]:
             value = getattr(value, attr, None)
