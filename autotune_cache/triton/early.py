@@ -43,7 +43,6 @@ from typing import Any
 from autotune_cache.cache import Cache
 from autotune_cache.config.flags import Settings
 from autotune_cache.errors import AutotuneCacheError
-from autotune_cache.foundation import env
 from autotune_cache.foundation.key import Device
 from autotune_cache.triton import detached, preload, scheduler, warmups
 from autotune_cache.triton.device import interpreter_active
@@ -110,14 +109,10 @@ def _launchers(cache: Cache, device: Device, target: Any) -> int:
     except Exception as e:  # noqa: BLE001 - the kernels' own compiles build them
         log.debug("autotune_cache: no launchers built ahead: %s", e)
         return 0
-    worker = env.xdist_worker()
-    if worker is not None and launchers:
-        offset = len(launchers) * worker[0] // worker[1]
-        launchers = launchers[offset:] + launchers[:offset]
-    pool = scheduler.scheduler()
-    for launcher in launchers:
-        pool.enqueue(scheduler.CompileJob(functools.partial(detached.build_launcher_of, launcher),
-                                          Priority.SPECULATIVE, label="launcher", target=target))
+    preload.queue_rotated([
+        scheduler.CompileJob(functools.partial(detached.build_launcher_of, launcher),
+                             Priority.SPECULATIVE, label="launcher", target=target)
+        for launcher in launchers])
     return len(launchers)
 
 

@@ -359,7 +359,7 @@ def warm_up(cache: Cache, jit_fn: Any, like: CacheKey, *, compile_cache_only: bo
         if cost is None:
             return 0
         _, new = _take(current, jit_fn, like, *cost, compile_cache_only=compile_cache_only)
-        _queue_rotated(new)
+        queue_rotated(new)
         return len(new)
 
 
@@ -559,13 +559,13 @@ def _start_others(state: _State, ahead: _Ahead, tuners: list[AheadTuner]) -> Non
             if preloads:
                 state.started[tuner] = preloads
             new += added
-    _queue_rotated(new)
+    queue_rotated(new)
     if new:
         log.debug("autotune_cache: compiling %d loaded winners of %d kernels ahead", len(new),
                   sum(1 for t in tuners if state.started.get(t)))
 
 
-def _queue_rotated(new: list[CompileJob]) -> None:
+def queue_rotated(new: list[CompileJob]) -> None:
     """Queue `new` in order, a pytest-xdist worker from its own offset into the list (the
     workers share TRITON_CACHE_DIR: each compiles different ones first)."""
     worker = env.xdist_worker()
