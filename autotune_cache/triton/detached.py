@@ -123,14 +123,20 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     into Triton's compile cache, and build its launcher there; the compiled kernel. Raises what
     Triton raises (a record of another kernel, a compile error)."""
     import triton
+    import triton.language as tl
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
     data = json.loads(specialization)
     if data.get("name") != getattr(jit_fn, "_fn_name", data.get("name")):
         raise RuntimeError(f"the record is of {data.get('name')!r}, not of {jit_fn._fn_name!r}")
-    signature, constexprs = _signature(data)
+    constexprs = {
+        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
+                     else tl.constexpr(value["constexpr"])
+                     if isinstance(value, dict) and "constexpr" in value else value)
+        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
     attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
+    signature = {key: _tuples(value) for key, value in data["signature"].items()}
     options = {key: tuple(value) if isinstance(value, list) else value
                for key, value in data["options"].items()}
     options = make_backend(target).parse_options(options)
@@ -138,19 +144,6 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     kernel = triton.compile(source, target=target, options=options.__dict__)
     build_launcher(kernel)
     return kernel
-
-
-def _signature(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[int, ...], Any]]:
-    """A preload record's signature and constexprs, as `JITFunction.preload` reads them."""
-    import triton.language as tl
-
-    constexprs = {
-        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
-                     else tl.constexpr(value["constexpr"])
-                     if isinstance(value, dict) and "constexpr" in value else value)
-        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
-    signature = {key: _tuples(value) for key, value in data["signature"].items()}
-    return signature, constexprs
 
 
 def _tuples(value: Any) -> Any:
