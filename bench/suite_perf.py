@@ -514,23 +514,27 @@ def _last_job_end(p: Pass) -> float:
     return max((e[5] for e in _events(p, "job")), default=0.0)
 
 
+def _waited_within(p: Pass, lo: float, hi: float) -> float:
+    """Seconds the main thread waited on our compile jobs between `lo` and `hi` (seconds
+    since the pass's start)."""
+    return sum(max(0.0, min(e[5], hi) - max(e[4], lo))
+               for e in _events(p, "wait", main_only=True))
+
+
 def _waited(after_collection: bool = False) -> Any:
     def read(p: Pass) -> float:
         marks = p.probe.get("marks") or {}
         since = (marks.get("collected_at", 0.0) - marks.get("t0", 0.0)) if after_collection \
             else float("-inf")
-        return sum(max(0.0, e[5] - max(e[4], since))
-                   for e in _events(p, "wait", main_only=True))
+        return _waited_within(p, since, float("inf"))
     return read
 
 
 def test_waits(p: Pass, test: dict[str, Any]) -> float:
-    """Seconds the main thread waited on our compiling jobs during one test."""
+    """Seconds the main thread waited on our compile jobs during one test."""
     if "start" not in test:
         return 0.0
-    lo, hi = test["start"], test["start"] + test.get("seconds", 0.0)
-    return sum(max(0.0, min(e[5], hi) - max(e[4], lo))
-               for e in _events(p, "wait", main_only=True))
+    return _waited_within(p, test["start"], test["start"] + test.get("seconds", 0.0))
 
 
 PROFILE_ROWS = (  # (label, how it is read from a pass); the first six add up to the wall time

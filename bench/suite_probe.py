@@ -14,8 +14,7 @@ It records, for the pass's one pytest process, without changing what runs:
     benchmarks (configs timed, seconds), our cache's lookups (calls, seconds), our tunings
     (keys, seconds), and inside them the compiles (from the first start to the last finish)
     and each key's slowest compile (a key's tuning cannot end before it does);
-  - our cache's stats, when autotune_cache was used.
-
+  - our cache's stats, when autotune_cache was used;
   - a timeline of our compile jobs (triton/scheduler.py's `CompileJob`): each job's label, the
     thread that ran it, when it was queued, started and ended; and each wait of the main thread
     for a job still compiling. Patched right after the program's `import triton` when our
