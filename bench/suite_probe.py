@@ -231,7 +231,12 @@ def _our_stats() -> dict[str, Any] | None:
         return None
     from autotune_cache.cache import get_cache
 
-    return get_cache().stats.as_dict()
+    found = get_cache().stats.as_dict()
+    if "autotune_cache.triton.offload" in sys.modules:  # compiles split into processes
+        from autotune_cache.triton import offload
+
+        found["offload"] = vars(offload.stats())
+    return found
 
 
 def _census() -> list[dict[str, Any]]:

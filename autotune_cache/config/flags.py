@@ -34,6 +34,7 @@ class Settings:
     remote_cache: str | None = None
     remote_compile_cache: bool = False
     compile_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    compile_in_processes: bool = True
     compile_helpers: int = 0
     compile_at_start: bool = False
     switch_interval_us: int = 200
@@ -242,6 +243,16 @@ FLAGS: tuple[_Flag, ...] = (
           lambda f, v, env: _parse_int(f, v),
           "--autotune_compile_workers=8",
           "threads compiling candidate configs in parallel (default: CPU count)"),
+    _Flag("autotune_compile_in_processes", "compile_in_processes",
+          "[=true|false]  run Triton's back end of the pool's compiles in processes (default "
+          "true)",
+          lambda f, v, env: _parse_bool(f, v),
+          "--autotune_compile_in_processes=false",
+          "each background compile (a winner compiled ahead, a tuning's candidate) runs its "
+          "front end (Python AST to TTIR) on its thread and the rest (TTIR to cubin) in one of "
+          "up to `--autotune_compile_workers` processes that import Triton alone, so the "
+          "compiles no longer take turns on the GIL; the binaries are Triton's own, byte for "
+          "byte ([triton.md](triton.md#compiling-in-processes))"),
     _Flag("autotune_compile_helpers", "compile_helpers",
           "N  helper processes compiling the loaded winners at a pytest run's start "
           "(default 0: none)",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune_cache.triton import hooks, process, scheduler
+from autotune_cache.triton import hooks, offload, process, scheduler
 from autotune_cache.triton.launch import launch_kwargs
 from autotune_cache.triton.sandbox import ensure_triton_cache_dir
 from autotune_cache.triton.scheduler import Lane, Priority
@@ -129,22 +129,32 @@ Prepare = Callable[[Any], None]
 
 
 @contextlib.contextmanager
-def recording_specializations(specs: dict[int, str]) -> Iterator[Callable[[int], None]]:
+def recording_specializations(specs: dict[int, str], lane: Lane | None = None
+                              ) -> Iterator[Callable[[int], None]]:
     """While active, the specialization data (the JSON `JITFunction.preload` takes) of every
     compile Triton starts is kept in `specs` under the index last passed to the yielded
     `now(i)`. Triton calls `knobs.runtime.jit_cache_hook` synchronously in the thread that
     starts a compile, so `now(i)` before specialising candidate i attributes it exactly; a
     candidate already compiled in this process starts no compile and records nothing. A hook
-    the user installed keeps running (and keeps its say over skipping the compile)."""
+    the user installed keeps running (and keeps its say over skipping the compile).
+
+    With the `lane` the compiles are submitted to, each one's back end is split off into a
+    compile process (offload.py) before Triton's compile runs on the pool thread: Triton
+    submits the compile right after its hook, on this thread, under the lane's current index."""
     current = [-1]
 
     def now(i: int) -> None:
         current[0] = i
+        if lane is not None:
+            lane.first.clear()  # one whose compile a hook skipped was never submitted
 
     def record(kw: dict[str, Any]) -> None:
         data = (kw.get("compile") or {}).get("specialization_data")
         if data and current[0] >= 0:
             specs[current[0]] = portable_specialization(data)
+            split = None if lane is None else offload.split_of(kw)
+            if split is not None and lane is not None:
+                lane.first[current[0]] = split
 
     with hooks.recording(record):
         yield now
@@ -295,7 +305,7 @@ def compile_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, An
         lane = scheduler.scheduler(workers).lane(Priority.CANDIDATE, compiles.seconds)
         with async_mode(lane, ignore_errors=True):
             futures = {}
-            with recording_specializations(compiles.specs) as now:
+            with recording_specializations(compiles.specs, lane) as now:
                 for i in order:
                     now(i)
                     lane.current = i
@@ -382,7 +392,7 @@ def queue_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     order = sorted((i for i in range(len(configs)) if i not in skip),
                    key=lambda i: -compile_cost(configs[i]))
     pool = scheduler.scheduler(workers)
-    with state.lock, recording_specializations(queued.specs) as now:
+    with state.lock:
         if state.mode is None or state.lane is None:
             state.lane = pool.lane(Priority.CANDIDATE, {})
             state.mode = triton.AsyncCompileMode(state.lane, ignore_errors=True)
@@ -390,13 +400,15 @@ def queue_candidates(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
         lane.seconds = queued.seconds
         token = _async_compile.active_mode.set(state.mode)
         try:
-            for i in order:
-                now(i)
-                lane.current = i
-                try:
-                    queued.kernels[i] = _specialise(kernel, args, kwargs, configs[i], prepare)
-                except Exception as e:  # any hook or compile error fails only this config
-                    queued.failures[i] = failure_reason(e)
+            with recording_specializations(queued.specs, lane) as now:
+                for i in order:
+                    now(i)
+                    lane.current = i
+                    try:
+                        queued.kernels[i] = _specialise(kernel, args, kwargs, configs[i],
+                                                        prepare)
+                    except Exception as e:  # any hook or compile error fails only this config
+                        queued.failures[i] = failure_reason(e)
         finally:
             _async_compile.active_mode.reset(token)
     return queued

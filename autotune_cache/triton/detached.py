@@ -120,9 +120,24 @@ def _nvidia_driver_module() -> Any:
 
 def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any:
     """Compile the recorded `specialization` (Triton's preload JSON) of `jit_fn` for `target`
-    into Triton's compile cache, and build its launcher there; the compiled kernel. Raises what
-    Triton raises (a record of another kernel, a compile error)."""
+    into Triton's compile cache (its back end in a compile process: offload.py), and build its
+    launcher there; the compiled kernel. Raises what Triton raises (a record of another
+    kernel, a compile error)."""
     import triton
+
+    from autotune_cache.triton import offload
+
+    source, options = source_of(jit_fn, specialization, target)
+    offload.fill(source, target, options)
+    kernel = triton.compile(source, target=target, options=options)
+    build_launcher(kernel)
+    return kernel
+
+
+def source_of(jit_fn: Any, specialization: str, target: Any) -> tuple[Any, dict[str, Any]]:
+    """What `JITFunction.preload` compiles for a recorded `specialization` of `jit_fn`, for
+    `target`: Triton's ASTSource and the backend's parsed options (as a dict). Raises for a
+    record of another kernel, or one that does not parse."""
     import triton.language as tl
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
@@ -139,11 +154,8 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     signature = {key: _tuples(value) for key, value in data["signature"].items()}
     options = {key: tuple(value) if isinstance(value, list) else value
                for key, value in data["options"].items()}
-    options = make_backend(target).parse_options(options)
-    source = ASTSource(jit_fn, signature, constexprs, attrs)
-    kernel = triton.compile(source, target=target, options=options.__dict__)
-    build_launcher(kernel)
-    return kernel
+    parsed = make_backend(target).parse_options(options)
+    return ASTSource(jit_fn, signature, constexprs, attrs), dict(parsed.__dict__)
 
 
 def _tuples(value: Any) -> Any:

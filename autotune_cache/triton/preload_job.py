@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune_cache.foundation import compile_helpers
+from autotune_cache.triton import offload
 from autotune_cache.triton.compile import failure_reason
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ def preload_into(jit_fn: Any, specialization: str, compile_cache_only: bool = Fa
     # A compile helper with this specialization in its plan compiles it into the compile cache
     # (foundation/compile_helpers.py): wait for it, and the preload below is a compile-cache hit.
     compile_helpers.settle(specialization)
+    # Its back end in a compile process (offload.py): the preload below is then a compile-cache
+    # hit, and this thread holds the GIL for a tenth of the compile.
+    offload.fill_recorded(jit_fn, specialization)
     local = _local
     local.preloading = True
     try:

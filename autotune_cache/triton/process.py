@@ -13,6 +13,7 @@ holds the one instance of each, by name, made on first use (`made`):
 | `remote_compile` | the connection to the shared compile cache | remote_compile.py |
 | `queue_mode` | the one `AsyncCompileMode` of queued candidates | compile.py |
 | `detached` | the targets Triton was primed for without its driver | detached.py |
+| `offload` | the compile processes running Triton's back end | offload.py |
 
 Why one object: a forked child has none of its parent's threads, so every queue, pool, lock and
 half-finished compile the parent held must be forgotten there, together, or the child waits for
@@ -49,6 +50,7 @@ class ProcessState:
         self.remote_compile: Any = None
         self.queue_mode: Any = None
         self.detached: Any = None
+        self.offload: Any = None
 
     def made(self, field: str, make: Callable[[], T]) -> T:
         """The part in `field` (one declared above), made with `make()` on first use."""

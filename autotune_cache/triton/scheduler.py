@@ -362,13 +362,19 @@ class Lane:
         self.priority = priority
         self.seconds = seconds
         self.current = -1
+        # What runs before the compile of an index, on the same thread: its back end split off
+        # into a compile process (compile.py from Triton's jit_cache_hook, offload.py).
+        self.first: dict[int, Callable[[], Any]] = {}
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> CompileJob:
         index, seconds = self.current, self.seconds  # as they are now, at submission
+        before = self.first.pop(index, None)
 
         def timed() -> Any:
             started = time.perf_counter()
             try:
+                if before is not None:
+                    before()
                 return fn(*args, **kwargs)
             finally:
                 seconds[index] = time.perf_counter() - started

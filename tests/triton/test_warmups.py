@@ -63,7 +63,11 @@ def test_real_plain_jit_specializations_are_recorded_then_compiled_ahead(tmp_pat
     assert on_pool == {"queued_ok": [True, True], "launch_compiles": [True, True],
                        "ptxas": [["add_kernel", "pool"], ["add_kernel", "pool"],
                                  ["double_in_place_kernel", "MainThread"]],
-                       "warmups_ahead": 2, "summary_mentions": True}
+                       "warmups_ahead": 2, "split": 0, "summary_mentions": True}
+    # The same with the pool's back ends in compile processes (the default): this process runs
+    # ptxas only for the launch nothing was queued for.
+    split = _worker("load-waited", results, tmp_path / "tc-split", WARMUP_TEST_PROCESSES="1")
+    assert split == {**on_pool, "ptxas": [["double_in_place_kernel", "MainThread"]], "split": 2}
 
     # While the process does its own work instead of waiting, the pool's threads run the
     # compiles all the same.

@@ -36,6 +36,7 @@ from autotune_cache.formats import load_results  # noqa: E402
 from autotune_cache.foundation.key import CacheKey, is_warmup  # noqa: E402
 from autotune_cache.triton import (  # noqa: E402
     autotune,
+    offload,
     preload,
     scheduler,
     warmups,
@@ -101,7 +102,10 @@ def main() -> None:
     if os.environ.get("WARMUP_TEST_SOURCE"):  # the kernel was edited since the dump
         warmups.source_fingerprint = lambda fn: os.environ["WARMUP_TEST_SOURCE"]
     regen = f"{path}.regen.textproto" if phase == "regen" else None
-    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2))
+    # Where the pool's compiles run their back end (offload.py): a compile process's ptxas is
+    # not seen by PtxasRuns, which records this process's; "0" keeps it on the pool's threads.
+    configure(Settings(load_from=(path,), dump_to=regen, compile_workers=2,
+                       compile_in_processes=os.environ.get("WARMUP_TEST_PROCESSES") == "1"))
     runs = PtxasRuns()
     waited = phase in ("load-waited", "regen")
     with contextlib.ExitStack() as stack:
@@ -137,6 +141,7 @@ def main() -> None:
         "launch_compiles": compiled,
         "ptxas": runs.sorted(),
         "warmups_ahead": stats.warmups_ahead,
+        "split": offload.stats().split,
         "summary_mentions": "queued 2 plain @triton.jit" in stats.summary_line(),
     }))
 

@@ -1,0 +1,330 @@
+"""Triton's back end in processes of our own: a compile's GIL-bound half off the program's process.
+
+A Triton compile holds the GIL for most of its work (MLIR passes and LLVM are native calls that
+keep it), so the compile pool's threads (scheduler.py) take turns: on the H100 host one compile
+took 0.31 s alone and 1.44 s summed over 16 threads, and a loaded suite's 23 compiles cost 5-7 s
+of its tests (docs/decisions/0036-compiling-in-processes.md). So a pool compile is split where
+Triton itself can resume one, at the TTIR:
+
+1. here, on the pool thread, the front end: the cache key, Triton's compile cache checked (a
+   hit: nothing to do), the kernel's Python AST to TTIR, as `triton.compile` does them (about a
+   tenth of the compile; it needs the kernel's Python function, which only this process has);
+2. in a compile process, every stage after it (TTIR to TTGIR, LLVM IR, PTX, cubin:
+   offload_worker.py), while this thread waits on a pipe, the GIL free;
+3. here, every product filed in Triton's compile cache under the key of step 1, as Triton's
+   `compile` files them: the same files, byte for byte (tests/triton/test_offload.py compares
+   them with Triton's own compile), so the compile Triton then runs on this thread, as before,
+   is a compile-cache hit.
+
+Only the compile pool's work is split (compile-ahead jobs and a tuning's candidates); a launch
+that compiles on the program's own thread, because nothing was queued for it, compiles as
+Triton does. The processes are fresh interpreters (`subprocess`, never a fork of this one)
+that import Triton alone, with this process's `sys.path`, started when the pool first compiles
+(none for a run that finds everything compiled) and one per pool thread at most
+(--autotune_compile_workers, an xdist worker's share, and one for a thread that runs a job
+it waits for); each lives until this process ends, in
+its own session (a terminal's Ctrl-C is for the program), its input and output our own pipes.
+
+Where a compile cannot be split as Triton would run it, it is not: a non-NVIDIA target, a
+Gluon kernel, Triton's IR override, dump, `always_compile`, IR locations, store-binary-only
+and stage-inspection knobs, a compilation listener. A process that fails (an error, a crash, a
+Triton that cannot be driven this way) fails only that split: Triton's compile then runs on the
+thread as before, and says what is wrong if anything is. --autotune_compile_in_processes=false
+turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune_cache.foundation import env
+from autotune_cache.triton import offload_worker, process
+
+log = logging.getLogger(__name__)
+
+WORKER = Path(offload_worker.__file__)
+
+
+@dataclass
+class Stats:
+    """What the process's splits did (tests, bench/suite_probe.py)."""
+
+    split: int = 0  # compiles whose back end ran in a compile process
+    hits: int = 0  # already in the compile cache: nothing to split
+    declined: int = 0  # not splittable as Triton would run it (see the module docstring)
+    failed: int = 0  # a process failed: Triton compiled it on the thread
+    no_process: int = 0  # every process busy (at the limit): Triton compiled it on the thread
+    started: int = 0  # compile processes started
+
+
+class _Worker:
+    """One compile process and its pipes."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and script
+            [sys.executable, "-I", "-S", str(WORKER)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        offload_worker.write(self.proc.stdin, [p for p in sys.path if p])
+
+    def ask(self, request: dict[str, Any]) -> Any:
+        """Send one request and wait for its answer (None when the process ended)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            offload_worker.write(self.proc.stdin, request)
+            return offload_worker.read(self.proc.stdout)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
+            log.debug("autotune_cache: a compile process failed: %s", e)
+            return None
+
+    def close(self) -> None:
+        """End it: its input closes, and it exits (after a compile in flight)."""
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+@dataclass
+class _Pool:
+    """The process's compile processes (process.py `offload`)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: list[_Worker] = field(default_factory=list)
+    busy: int = 0
+    closed: bool = False
+    stats: Stats = field(default_factory=Stats)
+
+    def take(self, limit: int) -> _Worker | None:
+        """An idle process, or a new one while fewer than `limit` run; None at the limit."""
+        with self.lock:
+            if self.closed:
+                return None
+            if self.idle:
+                self.busy += 1
+                return self.idle.pop()
+            if self.busy >= limit:
+                return None
+            self.busy += 1
+            if not self.stats.started:
+                atexit.register(self.close)
+            self.stats.started += 1
+        try:
+            return _Worker()
+        except OSError as e:
+            log.debug("autotune_cache: starting a compile process failed: %s", e)
+            with self.lock:
+                self.busy -= 1
+                self.closed = True  # this machine cannot: compile on the threads from now on
+            return None
+
+    def give(self, worker: _Worker, alive: bool) -> None:
+        """Return a process after a request; a failed one is ended instead."""
+        with self.lock:
+            self.busy -= 1
+            if alive and not self.closed:
+                self.idle.append(worker)
+                return
+        worker.close()
+
+    def close(self) -> None:
+        """End every idle process (interpreter exit); a busy one ends when it is given back."""
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for worker in idle:
+            worker.close()
+
+
+def failure_reason(error: BaseException) -> str:
+    """compile.py's one-line reason (imported here late: compile.py imports this module)."""
+    from autotune_cache.triton.compile import failure_reason as reason
+
+    return reason(error)
+
+
+def _pool() -> _Pool:
+    return process.current().made("offload", _Pool)
+
+
+def stats() -> Stats:
+    """This process's counts of splits (a forked child starts at zero)."""
+    return _pool().stats
+
+
+def _limit() -> int:
+    """How many compile processes at most: one per pool thread (this xdist worker's share) and
+    one for a thread running a job it waits for (scheduler.py), 0 when
+    --autotune_compile_in_processes is off: the configured cache's flags, else (an early start,
+    before the program configures one) those of the files it compiles from."""
+    from autotune_cache.cache import installed_cache
+    from autotune_cache.triton import preload
+
+    found = installed_cache()
+    early = preload.ahead()
+    cache = found if found is not None else None if early is None else early.cache
+    if cache is None:
+        return env.xdist_share(os.cpu_count() or 1) + 1
+    if not cache.settings.compile_in_processes:
+        return 0
+    return env.xdist_share(cache.settings.compile_workers) + 1
+
+
+def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
+    """Compile `src` (Triton's ASTSource) for `target` with `options` into Triton's compile
+    cache, its back end in a compile process (the module docstring); whether the compile cache
+    now holds it. Never raises: a compile not split is left to Triton's own, on the thread."""
+    pool = _pool()
+    limit = _limit()
+    if limit <= 0 or getattr(target, "backend", None) != "cuda":
+        return False
+    try:
+        front = _front_end(src, target, options)
+    except Exception as e:  # noqa: BLE001 - Triton's own compile raises it again, as usual
+        log.debug("autotune_cache: no split compile of %s: %s", getattr(src, "name", src),
+                  failure_reason(e))
+        pool.stats.declined += 1
+        return False
+    if front is None:
+        pool.stats.hits += 1
+        return True
+    if isinstance(front, str):
+        pool.stats.declined += 1
+        return False
+    worker = pool.take(limit)
+    if worker is None:
+        pool.stats.no_process += 1
+        return False
+    answer = worker.ask(front.request)
+    ok = isinstance(answer, tuple) and answer and answer[0] == "ok"
+    pool.give(worker, alive=answer is not None)
+    if not ok:
+        reason = answer[1] if isinstance(answer, tuple) and len(answer) > 1 else "it ended"
+        log.debug("autotune_cache: the back end of %s failed in a compile process (%s): "
+                  "compiling it here", front.file_name, reason)
+        pool.stats.failed += 1
+        return False
+    front.file(answer[1], answer[2])
+    pool.stats.split += 1
+    return True
+
+
+def fill_recorded(jit_fn: Any, specialization: str, target: Any = None) -> bool:
+    """`fill` for a recorded specialization (Triton's preload JSON) of `jit_fn`, for `target`
+    (None: the active driver's, which must have started); whether the compile cache now holds
+    it. Never raises."""
+    if _limit() <= 0:
+        return False
+    from autotune_cache.triton import detached
+
+    try:
+        if target is None:
+            from triton.runtime.driver import driver
+
+            target = driver.active.get_current_target()
+        src, options = detached.source_of(jit_fn, specialization, target)
+    except Exception as e:  # noqa: BLE001 - the preload that follows says what is wrong
+        log.debug("autotune_cache: no split compile of a record of %s: %s",
+                  getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
+        return False
+    return fill(src, target, options)
+
+
+def split_of(hook_kwargs: dict[str, Any]) -> Callable[[], bool] | None:
+    """The `fill` of the compile Triton is about to start, from what its `jit_cache_hook` is
+    given (the JIT function, the signature, constexprs, attributes and the specialization
+    data holding the options), to run before Triton's compile on the thread that runs it
+    (compile.py, scheduler.py `Lane.first`); None when it cannot be split."""
+    if _limit() <= 0:
+        return None
+    try:
+        from triton.compiler import ASTSource
+        from triton.runtime.driver import driver
+
+        compile_args = hook_kwargs["compile"]
+        jit_fn = hook_kwargs["fn"].jit_function
+        data = json.loads(compile_args["specialization_data"])
+        options = {key: tuple(value) if isinstance(value, list) else value
+                   for key, value in data["options"].items()}
+        target = driver.active.get_current_target()
+        src = ASTSource(jit_fn, compile_args["signature"], compile_args["constants"],
+                        compile_args["configs"][0])
+    except Exception as e:  # noqa: BLE001 - another Triton's hook: compiled as before
+        log.debug("autotune_cache: no split compile: %s", failure_reason(e))
+        return None
+    return lambda: fill(src, target, options)
+
+
+@dataclass
+class _Front:
+    """A compile's front end done: what the compile process needs, and where its products go."""
+
+    request: dict[str, Any]
+    file_name: str
+    cache: Any  # Triton's cache manager for the compile's key
+    group: dict[str, str]  # the files filed so far, by name
+
+    def file(self, products: list[tuple[str, Any]], metadata: dict[str, Any]) -> None:
+        """File the back end's products and the metadata as Triton's `compile` does."""
+        for ext, product in products:
+            name = f"{self.file_name}.{ext}"
+            self.group[name] = self.cache.put(product, name)
+        name = f"{self.file_name}.json"
+        self.group[name] = self.cache.put(json.dumps(metadata, default=vars), name, binary=False)
+        self.cache.put_group(name, self.group)
+
+
+def _front_end(src: Any, target: Any, options: dict[str, Any]) -> _Front | str | None:
+    """`triton.compile`'s steps up to and including TTIR, for `src`: the back end's request,
+    None when the compile cache has the kernel, or why the compile cannot be split (text)."""
+    from triton import __version__, knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars, ir
+    from triton.compiler.compiler import get_cache_key, make_backend
+    from triton.runtime.cache import get_cache_manager
+
+    compilation = knobs.compilation
+    if (compilation.override or compilation.dump_ir or compilation.always_compile
+            or compilation.use_ir_loc or compilation.store_binary_only or compilation.listener
+            or getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None):
+        return "a Triton knob that changes how a compile runs is set"
+    backend = make_backend(target)
+    parsed = backend.parse_options(dict(options or {}, **src.parse_options()))
+    if getattr(parsed, "ir_override", None):
+        return "the kernel's options override its IR"
+    env_vars = get_cache_invalidating_env_vars()
+    key = get_cache_key(src, backend, parsed, env_vars=env_vars)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    cache = get_cache_manager(digest)
+    file_name = src.name[:150]
+    if (cache.get_group(f"{file_name}.json") or {}).get(f"{file_name}.json") is not None:
+        return None
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, parsed, src.language)
+    if list(stages)[:1] != ["ttir"] or src.ext != "ttir":
+        return "its language does not start at TTIR"
+    metadata = {"hash": digest, "target": target, **parsed.__dict__, **env_vars,
+                "triton_version": __version__}
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, parsed, backend.get_codegen_implementation(parsed),
+                         backend.get_module_map(), context)
+    group = {f"{file_name}.source": cache.put(module, f"{file_name}.source")}
+    module = stages["ttir"](module, metadata)
+    group[f"{file_name}.ttir"] = cache.put(module, f"{file_name}.ttir")
+    request = {"ttir": str(module), "target": target, "options": dict(parsed.__dict__),
+               "metadata": metadata, "language": src.language, "env": dict(os.environ)}
+    return _Front(request, file_name, cache, group)

@@ -1,0 +1,93 @@
+"""One compile process of offload.py: Triton's back end, from a kernel's TTIR to its binary.
+
+Run by path (`python -S -E offload_worker.py`), never imported by the package and importing
+nothing of it: the user's start-up hooks, sitecustomize and AUTOTUNE_FLAGS do not run here. Its
+first message is the parent's `sys.path`; each later one is a request, answered in order:
+
+    {"ttir": str, "target": GPUTarget, "options": dict, "metadata": dict,
+     "language": Language, "env": dict}
+    -> ("ok", [(ext, text or bytes), ...], metadata)  |  ("error", reason)
+
+It runs the stages Triton's `compile` runs after "ttir" (3.6 and 3.9 NVIDIA: ttgir, llir, ptx,
+cubin), with the same backend, options and metadata the parent's compile started, in the
+parent's environment of the moment (Triton reads its knobs from the environment, and a knob
+set in code is written there too). Each stage's product is taken as text (or bytes) right
+after the stage, as Triton's cache manager stores it: a later stage may rewrite the module in
+place. Messages are pickles, each behind its 8-byte length, on standard input and output; the
+process ends when its input does (the parent closed it, or died).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import tempfile
+from typing import Any, BinaryIO
+
+_LENGTH = struct.Struct("<Q")
+
+
+def read(stream: BinaryIO) -> Any:
+    """The next message, or None at the end of the stream."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)  # noqa: S301 - from our own parent, over a private pipe
+
+
+def write(stream: BinaryIO, message: Any) -> None:
+    """Send one message."""
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(body)) + body)
+    stream.flush()
+
+
+def compile_back_end(request: dict[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """The products of every stage after TTIR, in order, and the metadata they filled in."""
+    from triton._C.libtriton import ir
+    from triton.compiler.compiler import make_backend
+
+    os.environ.clear()
+    os.environ.update(request["env"])
+    target = request["target"]
+    backend = make_backend(target)
+    options = backend.parse_options(request["options"])
+    metadata = request["metadata"]
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, request["language"])
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttir", encoding="utf-8") as f:
+        f.write(request["ttir"])
+        f.flush()
+        module = ir.parse_mlir_module(f.name, context)
+    module.context = context
+    products: list[tuple[str, Any]] = []
+    for ext, stage in list(stages.items())[1:]:
+        module = stage(module, metadata)
+        products.append((ext, module if isinstance(module, (str, bytes)) else str(module)))
+    return products, metadata
+
+
+def main() -> None:
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print must not corrupt the replies
+    sys.path[:] = read(stdin) or sys.path
+    while (request := read(stdin)) is not None:
+        try:
+            products, metadata = compile_back_end(request)
+        except Exception as e:  # noqa: BLE001 - the parent compiles it itself and says why
+            write(stdout, ("error", f"{type(e).__name__}: {e}"[:2000]))
+        else:
+            write(stdout, ("ok", products, metadata))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The pool's compiles with their back end in compile processes (autotune_cache/triton/offload.py),
+on Triton's real compiler for sm_90 without a GPU (offload_probe.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune_cache import cache as cache_mod
+from autotune_cache.config.flags import Settings, parse_flags
+from autotune_cache.triton import offload, offload_worker, process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _probe(*args: str, cache_dir: Path | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TRITON_", "AUTOTUNE_", "PYTEST_XDIST_"))}
+    env.update(AUTOTUNE_FLAGS="", AUTOTUNE_PROGRESS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    if cache_dir is not None:
+        env["TRITON_CACHE_DIR"] = str(cache_dir)
+    proc = subprocess.run([sys.executable, "-m", "tests.triton.offload_probe", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_split_compile_files_what_triton_files_byte_for_byte(tmp_path):
+    """A vector add and two matmuls (tl.dot: wgmma on sm_90): the compile cache a split fills
+    holds the same files, byte for byte, as Triton's own compile of the same source (the
+    front end's .source and .ttir, the process's .ttgir, .llir, .ptx, .cubin and the metadata
+    JSON), and Triton's compile after the split is a compile-cache hit. One process served
+    all three, one after the other."""
+    out = _probe("identical", str(tmp_path / "split"), str(tmp_path / "triton"))
+    assert out["filled"] == [True, True, True] and out["hits"] == [True, True, True]
+    assert out["same_names"] and out["different"] == []
+    assert out["exts"] == ["cubin", "json", "llir", "ptx", "source", "ttgir", "ttir"]
+    assert out["stats"] == {"split": 3, "hits": 0, "declined": 0, "failed": 0, "no_process": 0,
+                            "started": 1}
+
+
+def test_a_tunings_candidates_split_through_tritons_hook_and_fail_as_before(tmp_path):
+    """compile_candidates on two threads: every candidate's back end runs in a compile process
+    (at most one per thread), the candidate whose front end fails (a block of 24: not a power
+    of two) fails as it does without them, and the binaries are the same kernels."""
+    on = _probe("candidates", "on", cache_dir=tmp_path / "on")
+    off = _probe("candidates", "off", cache_dir=tmp_path / "off")
+    assert on["failures"] == off["failures"] == [1]
+    assert on["specs"] == off["specs"] == [0, 1, 2, 3]
+    assert on["cubins"] == off["cubins"] and len(on["cubins"]) == 3
+    assert on["stats"]["split"] == 3 and on["stats"]["declined"] == 1
+    assert 1 <= on["stats"]["started"] <= 3  # two threads, and the one waiting for them
+    assert off["stats"] == {"split": 0, "hits": 0, "declined": 0, "failed": 0, "no_process": 0,
+                            "started": 0}
+
+
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """This process's compile processes, made again for the test and ended after it, and no
+    process cache beyond the test."""
+    monkeypatch.setattr(cache_mod, "_cache", None)
+    process.current().offload = None
+    yield
+    offload._pool().close()
+    process.current().offload = None
+
+
+def test_the_flag_and_an_xdist_share_bound_the_processes(fresh_pool, monkeypatch):
+    """--autotune_compile_in_processes=false: none; else one per pool thread, an xdist worker's
+    share of them; and the flag reads as documented."""
+    assert parse_flags("--autotune_compile_in_processes=false").compile_in_processes is False
+    assert Settings().compile_in_processes is True
+    cache_mod.configure(Settings(compile_in_processes=False, compile_workers=8))
+    assert offload._limit() == 0
+    assert offload.fill(object(), object(), {}) is False
+    assert offload.stats().started == 0
+    cache_mod.configure(Settings(compile_workers=8))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert offload._limit() == 9  # the pool's threads, and a thread running a job it waits for
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    assert offload._limit() == 3
+
+
+def test_a_process_that_dies_is_replaced_and_its_compile_left_to_the_thread(fresh_pool):
+    """A compile process that ends without answering fails only that split (Triton compiles
+    it on the thread); the pool ends it and starts another for the next one."""
+    pool = offload._pool()
+    first = pool.take(limit=1)
+    assert first is not None and pool.take(limit=1) is None  # one at most
+    first.proc.kill()
+    first.proc.wait(timeout=30)
+    assert first.ask({"ttir": ""}) is None
+    pool.give(first, alive=False)
+    second = pool.take(limit=1)
+    assert second is not None and second is not first and second.proc.poll() is None
+    pool.give(second, alive=True)
+    assert pool.idle == [second] and pool.stats.started == 2
+
+
+def test_a_compile_process_imports_triton_alone_in_its_own_session(fresh_pool, tmp_path):
+    """The process runs isolated (-I -S: no start-up hook, sitecustomize or PYTHON* variable of
+    the user's), in a session of its own (a terminal's Ctrl-C is the program's), and answers a
+    request it cannot compile with the reason, staying up for the next."""
+    worker = offload._Worker()
+    try:
+        assert worker.proc.args[1:3] == ["-I", "-S"]
+        assert os.getsid(worker.proc.pid) == worker.proc.pid != os.getsid(0)
+        answer = worker.ask({"ttir": "not mlir", "env": dict(os.environ)})
+        assert answer[0] == "error" and answer[1]
+        assert worker.proc.poll() is None
+    finally:
+        worker.close()
+        worker.proc.wait(timeout=30)
+    assert worker.proc.returncode == 0  # its input closed: it ended by itself
+
+
+def test_messages_round_trip_and_a_cut_stream_reads_as_its_end(tmp_path):
+    path = tmp_path / "pipe"
+    with path.open("wb") as f:
+        offload_worker.write(f, {"a": b"\x00cubin", "b": ("x", 1)})
+    with path.open("rb") as f:
+        assert offload_worker.read(f) == {"a": b"\x00cubin", "b": ("x", 1)}
+        assert offload_worker.read(f) is None
+    path.write_bytes(path.read_bytes()[:-3])
+    with path.open("rb") as f:
+        assert offload_worker.read(f) is None
