@@ -41,7 +41,10 @@ trial a fresh `python` child with its own empty TRITON_CACHE_DIR, in one of thre
 Reported per interval (5000 us, Python's default, and 200 us), medians over `--reps` (default 3
 here): the compiles' wall time beside the busy main thread over the compiles alone, the main
 thread's work beside the compiles over the work alone, and the wall time of both; the trials
-alternate, so a drifting VM shares its drift between them. Writes OUT_DIR/switch_interval.json
+alternate, so a drifting VM shares its drift between them. A last row runs `both` at 200 us
+with each compile's back end in a compile process (triton/offload.py, decision 0036: the
+thread runs the front end and waits on a pipe, GIL free), against the same compiles alone on
+the threads. Writes OUT_DIR/switch_interval.json
 and .md; with --smoke, 2 compiles and 1 rep.
 """
 
@@ -202,7 +205,7 @@ CHILD = r'''
 import json, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 mode, interval_us = sys.argv[1], int(sys.argv[2])
-compiles, threads = int(sys.argv[3]), int(sys.argv[4])
+compiles, threads, split = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:] == ["split"]
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -215,7 +218,12 @@ TARGET = GPUTarget("cuda", 90, 32)
 
 def compile_one(i):
     source = ASTSource(bench_kernel.layer_norm, SIGNATURE, {"BLOCK": 2 ** (6 + i % 6)})
-    triton.compile(source, target=TARGET, options={"num_warps": 2 ** (i // 6 % 4)})
+    options = {"num_warps": 2 ** (i // 6 % 4)}
+    if split:  # the back end in a compile process; the compile below is then a cache hit
+        from autotune_cache.triton import offload
+
+        assert offload.fill(source, TARGET, options)
+    triton.compile(source, target=TARGET, options=options)
 
 
 def compile_all():
@@ -261,13 +269,16 @@ print(json.dumps(out))
 '''
 
 
-def _compile_child(workdir: Path, mode: str, interval_us: int, compiles: int, threads: int) -> dict:
+def _compile_child(workdir: Path, mode: str, interval_us: int, compiles: int, threads: int,
+                   split: bool = False) -> dict:
     cache = tempfile.mkdtemp(prefix="tc-", dir=workdir)
-    env = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPATH": str(workdir)}
+    env = {**os.environ, "TRITON_CACHE_DIR": cache,
+           "PYTHONPATH": os.pathsep.join([str(workdir), str(ROOT)])}
     env.pop("TRITON_INTERPRET", None)
+    env.pop("AUTOTUNE_FLAGS", None)
     proc = subprocess.run([sys.executable, "-c", CHILD, mode, str(interval_us), str(compiles),
-                           str(threads)], env=env, capture_output=True, text=True, timeout=900,
-                          check=False)
+                           str(threads), *(["split"] if split else [])], env=env,
+                          capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"process_cost --switch-interval: a {mode} child failed:\n"
                          f"{proc.stderr[-3000:]}")
@@ -276,7 +287,8 @@ def _compile_child(workdir: Path, mode: str, interval_us: int, compiles: int, th
 
 def measure_switching(compiles: int, threads: int, reps: int) -> dict:
     runs: dict[str, list[dict]] = {"work": [], "compile": [],
-                                   **{f"both@{us}": [] for us in INTERVALS_US}}
+                                   **{f"both@{us}": [] for us in INTERVALS_US},
+                                   "both@200+processes": []}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "bench_kernel.py").write_text(KERNEL)
@@ -285,12 +297,14 @@ def measure_switching(compiles: int, threads: int, reps: int) -> dict:
             runs["compile"].append(_compile_child(workdir, "compile", 5000, compiles, threads))
             for us in INTERVALS_US:
                 runs[f"both@{us}"].append(_compile_child(workdir, "both", us, compiles, threads))
+            runs["both@200+processes"].append(
+                _compile_child(workdir, "both", 200, compiles, threads, split=True))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
            for name, rs in runs.items()}
     rows = {}
-    for us in INTERVALS_US:
-        both = med[f"both@{us}"]
-        rows[us] = {"compile_s": both["compile"], "work_s": both["work"], "both_s": both["both"],
+    for row in (*INTERVALS_US, "200+processes"):
+        both = med[f"both@{row}"]
+        rows[row] = {"compile_s": both["compile"], "work_s": both["work"], "both_s": both["both"],
                     "compile_vs_alone": both["compile"] / med["compile"]["compile"],
                     "work_vs_alone": both["work"] / med["work"]["work"]}
     return {"compiles": compiles, "threads": threads, "reps": reps,
@@ -309,7 +323,8 @@ def switching_markdown(result: dict) -> str:
         "", "| switch interval | compiles s (vs alone) | main-thread work s (vs alone) | both s |",
         "| --- | --- | --- | --- |"]
     for us, row in result["intervals"].items():
-        lines.append(f"| {us} us | {row['compile_s']:.2f} ({row['compile_vs_alone']:.2f}x) | "
+        us = str(us).replace("+processes", " us, back end in processes")
+        lines.append(f"| {us}{'' if 'processes' in us else ' us'} | {row['compile_s']:.2f} ({row['compile_vs_alone']:.2f}x) | "
                      f"{row['work_s']:.2f} ({row['work_vs_alone']:.2f}x) | {row['both_s']:.2f} |")
     return "\n".join(lines) + "\n"
 
