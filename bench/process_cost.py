@@ -323,8 +323,8 @@ def switching_markdown(result: dict) -> str:
         "", "| switch interval | compiles s (vs alone) | main-thread work s (vs alone) | both s |",
         "| --- | --- | --- | --- |"]
     for us, row in result["intervals"].items():
-        us = str(us).replace("+processes", " us, back end in processes")
-        lines.append(f"| {us}{'' if 'processes' in us else ' us'} | {row['compile_s']:.2f} ({row['compile_vs_alone']:.2f}x) | "
+        name = f"{us} us".replace("+processes us", " us, back end in processes")
+        lines.append(f"| {name} | {row['compile_s']:.2f} ({row['compile_vs_alone']:.2f}x) | "
                      f"{row['work_s']:.2f} ({row['work_vs_alone']:.2f}x) | {row['both_s']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autotune_cache.foundation.key import Device
-from autotune_cache.triton import process
+from autotune_cache.triton import offload, process
 from autotune_cache.triton.device import cuda_arch
 from autotune_cache.triton.scheduler import prime_triton
 
@@ -125,42 +125,11 @@ def compile_specialization(jit_fn: Any, specialization: str, target: Any) -> Any
     kernel, a compile error)."""
     import triton
 
-    from autotune_cache.triton import offload
-
-    source, options = source_of(jit_fn, specialization, target)
+    source, options = offload.source_of(jit_fn, specialization, target)
     offload.fill(source, target, options)
     kernel = triton.compile(source, target=target, options=options)
     build_launcher(kernel)
     return kernel
-
-
-def source_of(jit_fn: Any, specialization: str, target: Any) -> tuple[Any, dict[str, Any]]:
-    """What `JITFunction.preload` compiles for a recorded `specialization` of `jit_fn`, for
-    `target`: Triton's ASTSource and the backend's parsed options (as a dict). Raises for a
-    record of another kernel, or one that does not parse."""
-    import triton.language as tl
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-
-    data = json.loads(specialization)
-    if data.get("name") != getattr(jit_fn, "_fn_name", data.get("name")):
-        raise RuntimeError(f"the record is of {data.get('name')!r}, not of {jit_fn._fn_name!r}")
-    constexprs = {
-        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
-                     else tl.constexpr(value["constexpr"])
-                     if isinstance(value, dict) and "constexpr" in value else value)
-        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
-    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
-    signature = {key: _tuples(value) for key, value in data["signature"].items()}
-    options = {key: tuple(value) if isinstance(value, list) else value
-               for key, value in data["options"].items()}
-    parsed = make_backend(target).parse_options(options)
-    return ASTSource(jit_fn, signature, constexprs, attrs), dict(parsed.__dict__)
-
-
-def _tuples(value: Any) -> Any:
-    """JSON's lists back to the tuples Triton's signatures hold (as `JITFunction.preload`)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def per_signature_launchers() -> bool:
@@ -201,7 +170,7 @@ def build_launcher_of(launcher: str) -> bool:
     if not per_signature_launchers():
         return False
     try:
-        signature = {key: _tuples(value) for key, value in json.loads(launcher).items()}
+        signature = {key: offload.tuples(value) for key, value in json.loads(launcher).items()}
         source = SimpleNamespace(constants={}, signature=signature,
                                  fn=SimpleNamespace(arg_names=list(signature)))
         _nvidia_driver_module().CudaLauncher(source, SimpleNamespace(

@@ -150,10 +150,8 @@ class _Pool:
 
 
 def failure_reason(error: BaseException) -> str:
-    """compile.py's one-line reason (imported here late: compile.py imports this module)."""
-    from autotune_cache.triton.compile import failure_reason as reason
-
-    return reason(error)
+    """One line for the debug log (compile.py's own formatter imports this module)."""
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 def _pool() -> _Pool:
@@ -171,11 +169,10 @@ def _limit() -> int:
     --autotune_compile_in_processes is off: the configured cache's flags, else (an early start,
     before the program configures one) those of the files it compiles from."""
     from autotune_cache.cache import installed_cache
-    from autotune_cache.triton import preload
 
     found = installed_cache()
-    early = preload.ahead()
-    cache = found if found is not None else None if early is None else early.cache
+    ahead = getattr(process.current().compile_ahead, "ahead", None)  # preload.py's, if any
+    cache = found if found is not None else None if ahead is None else ahead.cache
     if cache is None:
         return env.xdist_share(os.cpu_count() or 1) + 1
     if not cache.settings.compile_in_processes:
@@ -228,19 +225,46 @@ def fill_recorded(jit_fn: Any, specialization: str, target: Any = None) -> bool:
     it. Never raises."""
     if _limit() <= 0:
         return False
-    from autotune_cache.triton import detached
-
     try:
         if target is None:
             from triton.runtime.driver import driver
 
             target = driver.active.get_current_target()
-        src, options = detached.source_of(jit_fn, specialization, target)
+        src, options = source_of(jit_fn, specialization, target)
     except Exception as e:  # noqa: BLE001 - the preload that follows says what is wrong
         log.debug("autotune_cache: no split compile of a record of %s: %s",
                   getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
         return False
     return fill(src, target, options)
+
+
+def source_of(jit_fn: Any, specialization: str, target: Any) -> tuple[Any, dict[str, Any]]:
+    """What `JITFunction.preload` compiles for a recorded `specialization` of `jit_fn`, for
+    `target`: Triton's ASTSource and the backend's parsed options (as a dict). Raises for a
+    record of another kernel, or one that does not parse."""
+    import triton.language as tl
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    data = json.loads(specialization)
+    if data.get("name") != getattr(jit_fn, "_fn_name", data.get("name")):
+        raise RuntimeError(f"the record is of {data.get('name')!r}, not of {jit_fn._fn_name!r}")
+    constexprs = {
+        tuple(key): (tl.dtype(value) if tl.dtype.is_dtype(value)
+                     else tl.constexpr(value["constexpr"])
+                     if isinstance(value, dict) and "constexpr" in value else value)
+        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
+    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
+    signature = {key: tuples(value) for key, value in data["signature"].items()}
+    options = {key: tuple(value) if isinstance(value, list) else value
+               for key, value in data["options"].items()}
+    parsed = make_backend(target).parse_options(options)
+    return ASTSource(jit_fn, signature, constexprs, attrs), dict(parsed.__dict__)
+
+
+def tuples(value: Any) -> Any:
+    """JSON's lists back to the tuples Triton's signatures hold (as `JITFunction.preload`)."""
+    return tuple(tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def split_of(hook_kwargs: dict[str, Any]) -> Callable[[], bool] | None:

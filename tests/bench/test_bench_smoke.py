@@ -108,16 +108,18 @@ def test_process_cost_smoke(tmp_path):
 
 
 def test_process_cost_switch_interval_smoke(tmp_path):
-    """Triton's real compiler for sm_90 beside a busy main thread, at both intervals (the
-    numbers vary with the machine: only their shape is checked)."""
+    """Triton's real compiler for sm_90 beside a busy main thread, at both intervals and with
+    the back end in processes (the numbers vary with the machine: only their shape is
+    checked)."""
     out = tmp_path / "out"
     run("process_cost.py", out, tmp_path, "--switch-interval")
     result = json.loads((out / "switch_interval.json").read_text())
     assert result["compiles"] == 2 and result["reps"] == 1
-    assert set(result["intervals"]) == {"5000", "200"}
+    assert set(result["intervals"]) == {"5000", "200", "200+processes"}
     for row in result["intervals"].values():
         assert row["compile_s"] > 0 and row["work_s"] > 0 and row["both_s"] >= row["work_s"]
-    assert "| 200 us |" in (out / "switch_interval.md").read_text()
+    table = (out / "switch_interval.md").read_text()
+    assert "| 200 us |" in table and "| 200 us, back end in processes |" in table
 
 
 @pytest.mark.parametrize("heat,heat_ms", [("sustained", [25, 100]), ("burst", [10, 25])])

@@ -23,7 +23,7 @@ import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-from autotune_cache.triton import detached, offload  # noqa: E402
+from autotune_cache.triton import offload  # noqa: E402
 from autotune_cache.triton.compile import compile_candidates  # noqa: E402
 from tests.triton import kernels  # noqa: E402
 from tests.triton.compile_worker import CompileOnlyDriver  # noqa: E402
@@ -80,7 +80,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def identical(split_dir: Path, triton_dir: Path) -> dict[str, object]:
     filled, hits = [], []
     for jit_fn, spec in _records():
-        src, options = detached.source_of(jit_fn, spec, TARGET)
+        src, options = offload.source_of(jit_fn, spec, TARGET)
         os.environ["TRITON_CACHE_DIR"] = str(split_dir)
         filled.append(offload.fill(src, TARGET, options))
         seen: list[bool] = []
