@@ -104,6 +104,7 @@ class _Pool:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: list[_Worker] = field(default_factory=list)
+    started: list[_Worker] = field(default_factory=list)  # every one, for a forked child
     busy: int = 0
     closed: bool = False
     stats: Stats = field(default_factory=Stats)
@@ -123,13 +124,16 @@ class _Pool:
                 atexit.register(self.close)
             self.stats.started += 1
         try:
-            return _Worker()
+            worker = _Worker()
         except OSError as e:
             log.debug("autotune_cache: starting a compile process failed: %s", e)
             with self.lock:
                 self.busy -= 1
                 self.closed = True  # this machine cannot: compile on the threads from now on
             return None
+        with self.lock:
+            self.started.append(worker)
+        return worker
 
     def give(self, worker: _Worker, alive: bool) -> None:
         """Return a process after a request; a failed one is ended instead."""
@@ -139,6 +143,15 @@ class _Pool:
                 self.idle.append(worker)
                 return
         worker.close()
+
+    def forget(self) -> None:
+        """In a forked child (process.py): close the copies of the parent's pipes, so that its
+        processes still end when the parent closes them; the child starts its own."""
+        for worker in self.started:
+            for pipe in (worker.proc.stdin, worker.proc.stdout):
+                with contextlib.suppress(OSError, ValueError):
+                    if pipe is not None:
+                        os.close(pipe.fileno())
 
     def close(self) -> None:
         """End every idle process (interpreter exit); a busy one ends when it is given back."""

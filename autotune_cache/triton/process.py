@@ -78,11 +78,14 @@ def current() -> ProcessState:
 def _forget_parent() -> None:
     """In a forked child: drop the parent's state; every part is made again on its next use.
     A switch interval the parent's pool had set while it compiled (scheduler.py) is put back:
-    the child has none of its compiles."""
+    the child has none of its compiles. The copies of the pipes to the parent's compile
+    processes (offload.py) are closed, so those end when the parent closes its own."""
     global _state
     switched = getattr(_state.scheduler, "_switched", None)
     if switched is not None and sys.getswitchinterval() == switched[1]:
         sys.setswitchinterval(switched[0])
+    if _state.offload is not None:  # the parent's compile processes' pipes (offload.py)
+        _state.offload.forget()
     _state = ProcessState()
 
 

@@ -132,3 +132,29 @@ def test_messages_round_trip_and_a_cut_stream_reads_as_its_end(tmp_path):
     path.write_bytes(path.read_bytes()[:-3])
     with path.open("rb") as f:
         assert offload_worker.read(f) is None
+
+
+def test_a_forked_child_holds_no_pipe_of_the_parents_processes(fresh_pool):
+    """A program that forks after the pool started a compile process: the child closes its
+    copies of the pipes (process.py's fork handler), so the process still ends when the parent
+    closes its own, while the child lives on."""
+    pool = offload._pool()
+    worker = pool.take(limit=1)
+    assert worker is not None
+    pool.give(worker, alive=True)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: waits until the parent has seen its process end
+        try:
+            process.current()
+            os.read(read_end, 1)
+        finally:
+            os._exit(0)
+    try:
+        pool.close()
+        assert worker.proc.wait(timeout=60) == 0
+    finally:
+        os.write(write_end, b"x")
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        os.close(write_end)
