@@ -91,11 +91,13 @@ class _Worker:
             return None
 
     def close(self) -> None:
-        """End it: its input closes, and it exits (after a compile in flight)."""
+        """End it: its input closes, and it exits (after a compile in flight); one that has
+        exited already is collected."""
         for pipe in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 if pipe is not None:
                     pipe.close()
+        self.proc.poll()
 
 
 @dataclass
@@ -134,6 +136,11 @@ class _Pool:
         with self.lock:
             self.started.append(worker)
         return worker
+
+    def count(self, what: str) -> None:
+        """Add one to a statistic (from any pool thread)."""
+        with self.lock:
+            setattr(self.stats, what, getattr(self.stats, what) + 1)
 
     def give(self, worker: _Worker, alive: bool) -> None:
         """Return a process after a request; a failed one is ended instead."""
@@ -206,17 +213,17 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
     except Exception as e:  # noqa: BLE001 - Triton's own compile raises it again, as usual
         log.debug("autotune_cache: no split compile of %s: %s", getattr(src, "name", src),
                   failure_reason(e))
-        pool.stats.declined += 1
+        pool.count("declined")
         return False
     if front is None:
-        pool.stats.hits += 1
+        pool.count("hits")
         return True
     if isinstance(front, str):
-        pool.stats.declined += 1
+        pool.count("declined")
         return False
     worker = pool.take(limit)
     if worker is None:
-        pool.stats.no_process += 1
+        pool.count("no_process")
         return False
     answer = worker.ask(front.request)
     ok = isinstance(answer, tuple) and answer and answer[0] == "ok"
@@ -225,10 +232,10 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
         reason = answer[1] if isinstance(answer, tuple) and len(answer) > 1 else "it ended"
         log.debug("autotune_cache: the back end of %s failed in a compile process (%s): "
                   "compiling it here", front.file_name, reason)
-        pool.stats.failed += 1
+        pool.count("failed")
         return False
     front.file(answer[1], answer[2])
-    pool.stats.split += 1
+    pool.count("split")
     return True
 
 
