@@ -575,7 +575,18 @@ def profile(ran: dict[str, Pass]) -> list[dict[str, Any]]:
                      int(_num(p.probe.get("timers", {}).get(k), "calls")) for k in (
                          "triton_compile", "launcher_build", "triton_autotuner_bench",
                          "ours_lookup"))) for n, p in ran.items()}})
+    rows.append({"what": "  compiles split into compile processes / processes started / left "
+                 "on the thread (declined, failed, none free)", **{
+                     n: _split_counts(p) for n, p in ran.items()}})
     return rows
+
+
+def _split_counts(p: Pass) -> str:
+    """The pass's offload statistics (autotune_cache/triton/offload.py), '' without any."""
+    found = (p.probe.get("ours") or {}).get("offload") or {}
+    if not found:
+        return ""
+    return "{split} / {started} / {declined}, {failed}, {no_process}".format(**found)
 
 
 def _fmt(v: Any) -> str:
