@@ -73,10 +73,12 @@ class Stats:
 class _Worker:
     """One compile process and its pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, environment: dict[str, str]) -> None:
+        self.environment = environment  # what it compiles in: the program's when it started
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, "-I", "-S", str(WORKER)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=environment)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         offload_worker.write(self.proc.stdin, [p for p in sys.path if p])
 
@@ -111,22 +113,29 @@ class _Pool:
     closed: bool = False
     stats: Stats = field(default_factory=Stats)
 
-    def take(self, limit: int) -> _Worker | None:
-        """An idle process, or a new one while fewer than `limit` run; None at the limit."""
+    def take(self, limit: int, environment: dict[str, str]) -> _Worker | None:
+        """An idle process started in `environment`, else a new one while fewer than `limit`
+        run (an idle one of another environment ended to make room); None at the limit."""
+        stale = None
         with self.lock:
             if self.closed:
                 return None
-            if self.idle:
-                self.busy += 1
-                return self.idle.pop()
+            for i, worker in enumerate(self.idle):
+                if worker.environment == environment:
+                    self.busy += 1
+                    return self.idle.pop(i)
             if self.busy >= limit:
                 return None
+            if self.busy + len(self.idle) >= limit:
+                stale = self.idle.pop(0)  # the program's environment changed since
             self.busy += 1
             if not self.stats.started:
                 atexit.register(self.close)
             self.stats.started += 1
+        if stale is not None:
+            stale.close()
         try:
-            worker = _Worker()
+            worker = _Worker(environment)
         except OSError as e:
             log.debug("autotune_cache: starting a compile process failed: %s", e)
             with self.lock:
@@ -140,7 +149,7 @@ class _Pool:
     def count(self, what: str) -> None:
         """Add one to a statistic (from any pool thread)."""
         with self.lock:
-            setattr(self.stats, what, getattr(self.stats, what) + 1)
+            vars(self.stats)[what] += 1
 
     def give(self, worker: _Worker, alive: bool) -> None:
         """Return a process after a request; a failed one is ended instead."""
@@ -221,7 +230,7 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
     if isinstance(front, str):
         pool.count("declined")
         return False
-    worker = pool.take(limit)
+    worker = pool.take(limit, dict(env.environ()))
     if worker is None:
         pool.count("no_process")
         return False
@@ -370,5 +379,5 @@ def _front_end(src: Any, target: Any, options: dict[str, Any]) -> _Front | str |
     module = stages["ttir"](module, metadata)
     group[f"{file_name}.ttir"] = cache.put(module, f"{file_name}.ttir")
     request = {"ttir": str(module), "target": target, "options": dict(parsed.__dict__),
-               "metadata": metadata, "language": src.language, "env": dict(os.environ)}
+               "metadata": metadata, "language": src.language}
     return _Front(request, file_name, cache, group)

@@ -4,22 +4,21 @@ Run by path (`python -S -E offload_worker.py`), never imported by the package an
 nothing of it: the user's start-up hooks, sitecustomize and AUTOTUNE_FLAGS do not run here. Its
 first message is the parent's `sys.path`; each later one is a request, answered in order:
 
-    {"ttir": str, "target": GPUTarget, "options": dict, "metadata": dict,
-     "language": Language, "env": dict}
+    {"ttir": str, "target": GPUTarget, "options": dict, "metadata": dict, "language": Language}
     -> ("ok", [(ext, text or bytes), ...], metadata)  |  ("error", reason)
 
 It runs the stages Triton's `compile` runs after "ttir" (3.6 and 3.9 NVIDIA: ttgir, llir, ptx,
 cubin), with the same backend, options and metadata the parent's compile started, in the
-parent's environment of the moment (Triton reads its knobs from the environment, and a knob
-set in code is written there too). Each stage's product is taken as text (or bytes) right
-after the stage, as Triton's cache manager stores it: a later stage may rewrite the module in
-place. Messages are pickles, each behind its 8-byte length, on standard input and output; the
-process ends when its input does (the parent closed it, or died).
+environment it was started with: the parent's when it asked (Triton reads its knobs from the
+environment, and a knob set in code is written there too), which offload.py keeps equal. Each
+stage's product is taken as text (or bytes) right after the stage, as Triton's cache manager
+stores it: a later stage may rewrite the module in place. Messages are pickles, each behind its
+8-byte length, on standard input and output; the process ends when its input does (the parent
+closed it, or died).
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import struct
 import sys
@@ -53,8 +52,6 @@ def compile_back_end(request: dict[str, Any]) -> tuple[list[tuple[str, Any]], di
     from triton._C.libtriton import ir
     from triton.compiler.compiler import make_backend
 
-    os.environ.clear()
-    os.environ.update(request["env"])
     target = request["target"]
     backend = make_backend(target)
     options = backend.parse_options(request["options"])

@@ -93,13 +93,13 @@ def test_a_process_that_dies_is_replaced_and_its_compile_left_to_the_thread(fres
     """A compile process that ends without answering fails only that split (Triton compiles
     it on the thread); the pool ends it and starts another for the next one."""
     pool = offload._pool()
-    first = pool.take(limit=1)
-    assert first is not None and pool.take(limit=1) is None  # one at most
+    first = pool.take(1, dict(os.environ))
+    assert first is not None and pool.take(1, dict(os.environ)) is None  # one at most
     first.proc.kill()
     first.proc.wait(timeout=30)
     assert first.ask({"ttir": ""}) is None
     pool.give(first, alive=False)
-    second = pool.take(limit=1)
+    second = pool.take(1, dict(os.environ))
     assert second is not None and second is not first and second.proc.poll() is None
     pool.give(second, alive=True)
     assert pool.idle == [second] and pool.stats.started == 2
@@ -109,11 +109,11 @@ def test_a_compile_process_imports_triton_alone_in_its_own_session(fresh_pool, t
     """The process runs isolated (-I -S: no start-up hook, sitecustomize or PYTHON* variable of
     the user's), in a session of its own (a terminal's Ctrl-C is the program's), and answers a
     request it cannot compile with the reason, staying up for the next."""
-    worker = offload._Worker()
+    worker = offload._Worker(dict(os.environ))
     try:
         assert worker.proc.args[1:3] == ["-I", "-S"]
         assert os.getsid(worker.proc.pid) == worker.proc.pid != os.getsid(0)
-        answer = worker.ask({"ttir": "not mlir", "env": dict(os.environ)})
+        answer = worker.ask({"ttir": "not mlir"})
         assert answer[0] == "error" and answer[1]
         assert worker.proc.poll() is None
     finally:
@@ -139,7 +139,7 @@ def test_a_forked_child_holds_no_pipe_of_the_parents_processes(fresh_pool):
     copies of the pipes (process.py's fork handler), so the process still ends when the parent
     closes its own, while the child lives on."""
     pool = offload._pool()
-    worker = pool.take(limit=1)
+    worker = pool.take(1, dict(os.environ))
     assert worker is not None
     pool.give(worker, alive=True)
     read_end, write_end = os.pipe()
@@ -158,3 +158,24 @@ def test_a_forked_child_holds_no_pipe_of_the_parents_processes(fresh_pool):
         os.waitpid(pid, 0)
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_process_compiles_in_the_environment_the_program_had_when_it_asked(fresh_pool):
+    """Triton reads its knobs from the environment: a process is reused only for the
+    environment it was started in; at the limit, an idle one of another environment makes
+    room for a new one."""
+    pool = offload._pool()
+    before = {**os.environ, "TRITON_DEBUG": "0"}
+    after = {**before, "TRITON_DEBUG": "1"}  # a fixture set a knob since
+    first = pool.take(2, before)
+    assert first is not None and first.environment == before
+    pool.give(first, alive=True)
+    second = pool.take(2, after)
+    assert second is not None and second is not first and second.environment == after
+    pool.give(second, alive=True)
+    assert pool.take(2, before) is first  # each environment its own
+    third = pool.take(2, {**before, "TRITON_DEBUG": "2"})  # at the limit: `second` made room
+    assert third is not None and third not in (first, second)
+    assert second.proc.wait(timeout=60) == 0 and pool.stats.started == 3
+    pool.give(first, alive=True)
+    pool.give(third, alive=True)
