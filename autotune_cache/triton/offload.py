@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -77,7 +78,7 @@ class _Worker:
         self.environment = environment  # what it compiles in: the program's when it started
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, "-I", "-S", str(WORKER)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.PIPE, start_new_session=True,
             env=environment)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         offload_worker.write(self.proc.stdin, [p for p in sys.path if p])
@@ -111,6 +112,7 @@ class _Pool:
     started: list[_Worker] = field(default_factory=list)  # every one, for a forked child
     busy: int = 0
     closed: bool = False
+    unsupported: str | None = None  # `supported()`'s answer, once asked
     stats: Stats = field(default_factory=Stats)
 
     def take(self, limit: int, environment: dict[str, str]) -> _Worker | None:
@@ -209,6 +211,27 @@ def _limit() -> int:
     return env.xdist_share(cache.settings.compile_workers) + 1
 
 
+# The Triton releases whose `compile` this module's front end and offload_worker.py's back end
+# repeat, checked byte for byte by tests/triton/test_offload.py (CI runs both); another release
+# compiles on the threads until it is checked too.
+SPLIT_TRITONS = ("3.6", "3.9")
+_PYTHON_RE = re.compile(r"python[0-9.]*(\.exe)?")
+
+
+def supported() -> str | None:
+    """Why compiles cannot be split in this process (None: they can): another Triton release,
+    or an interpreter embedded in a program that `sys.executable` would start instead."""
+    try:
+        from triton import __version__
+    except ImportError:
+        return "no Triton"
+    if ".".join(__version__.split(".")[:2]) not in SPLIT_TRITONS:
+        return f"Triton {__version__} is not one of {', '.join(SPLIT_TRITONS)}"
+    if not sys.executable or not _PYTHON_RE.fullmatch(os.path.basename(sys.executable)):
+        return f"sys.executable ({sys.executable!r}) is not a Python interpreter"
+    return None
+
+
 def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
     """Compile `src` (Triton's ASTSource) for `target` with `options` into Triton's compile
     cache, its back end in a compile process (the module docstring); whether the compile cache
@@ -216,6 +239,12 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
     pool = _pool()
     limit = _limit()
     if limit <= 0 or getattr(target, "backend", None) != "cuda":
+        return False
+    if pool.unsupported is None:
+        pool.unsupported = supported() or ""
+        if pool.unsupported:
+            log.debug("autotune_cache: compiles stay on the threads: %s", pool.unsupported)
+    if pool.unsupported:
         return False
     try:
         front = _front_end(src, target, options)

@@ -14,12 +14,13 @@ environment, and a knob set in code is written there too), which offload.py keep
 stage's product is taken as text (or bytes) right after the stage, as Triton's cache manager
 stores it: a later stage may rewrite the module in place. Messages are pickles, each behind its
 8-byte length, on standard input and output; the process ends when its input does (the parent
-closed it, or died).
+closed it, or died). What the compiler prints goes to the program's standard error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import struct
 import sys
@@ -75,8 +76,13 @@ def compile_back_end(request: dict[str, Any]) -> tuple[list[tuple[str, Any]], di
 
 
 def main() -> None:
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # a stray print must not corrupt the replies
+    # The replies go out on a copy of standard output; file descriptor 1 itself becomes standard
+    # error (the program's), so what the compiler prints, from Python or from native code (an
+    # MLIR dump the user asked for), reaches the program's error output, never the replies.
+    stdin = sys.stdin.buffer
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     sys.path[:] = read(stdin) or sys.path
     # Imported while the parent runs the first front end (on the H100 a fresh process's first
     # compile took 1.4 s, a warm one's 0.2 s); a failure is the first request's to report.

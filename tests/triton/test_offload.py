@@ -179,3 +179,35 @@ def test_a_process_compiles_in_the_environment_the_program_had_when_it_asked(fre
     assert second.proc.wait(timeout=60) == 0 and pool.stats.started == 3
     pool.give(first, alive=True)
     pool.give(third, alive=True)
+
+
+def test_only_the_checked_triton_releases_and_a_real_interpreter_split(monkeypatch):
+    """A Triton release whose `compile` the split was not checked against byte for byte, or an
+    interpreter embedded in another program (sys.executable would start that program), keeps
+    every compile on the threads, and says why at debug level."""
+    import triton
+
+    assert offload.supported() is None
+    monkeypatch.setattr(triton, "__version__", "3.7.1")
+    assert offload.supported() == "Triton 3.7.1 is not one of 3.6, 3.9"
+    monkeypatch.setattr(triton, "__version__", "3.9.0")
+    monkeypatch.setattr(sys, "executable", "/usr/bin/uwsgi")
+    assert "is not a Python interpreter" in (offload.supported() or "")
+    monkeypatch.setattr(sys, "executable", "")
+    assert offload.supported() is not None
+    monkeypatch.setattr(sys, "executable", "/opt/venv/bin/python3.12")
+    assert offload.supported() is None
+
+
+def test_what_the_compiler_prints_reaches_the_programs_error_output(fresh_pool):
+    """Native or Python output of the compile process (an MLIR dump the user asked for) goes to
+    the program's standard error: its descriptor 1 is the program's descriptor 2, and the
+    replies travel on a copy of the pipe."""
+    worker = offload._Worker(dict(os.environ))
+    try:
+        assert worker.ask({"ttir": "not mlir"})[0] == "error"  # past its set-up
+        fds = f"/proc/{worker.proc.pid}/fd"
+        assert os.readlink(f"{fds}/1") == os.readlink(f"{fds}/2") == os.readlink("/proc/self/fd/2")
+    finally:
+        worker.close()
+        worker.proc.wait(timeout=60)
