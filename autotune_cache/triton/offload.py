@@ -16,21 +16,24 @@ Triton itself can resume one, at the TTIR:
    them with Triton's own compile), so the compile Triton then runs on this thread, as before,
    is a compile-cache hit.
 
-Only the compile pool's work is split (compile-ahead jobs and a tuning's candidates); a launch
-that compiles on the program's own thread, because nothing was queued for it, compiles as
-Triton does. The processes are fresh interpreters (`subprocess`, never a fork of this one)
-that import Triton alone, with this process's `sys.path`, started when the pool first compiles
-(none for a run that finds everything compiled) and one per pool thread at most
-(--autotune_compile_workers, an xdist worker's share, and one for a thread that runs a job
-it waits for); each lives until this process ends, in
-its own session (a terminal's Ctrl-C is for the program), its input and output our own pipes.
+Only the compile pool's work is split (compile-ahead jobs and a tuning's candidates), each
+from Triton's own `jit_cache_hook` (`split_of`); a launch that compiles on the program's own
+thread, because nothing was queued for it, compiles as Triton does. The processes are fresh
+interpreters (`subprocess`, never a fork of this one) that import Triton alone, with this
+process's `sys.path`, started when the pool first compiles (none for a run that finds
+everything compiled), one per pool thread at most (--autotune_compile_workers, an xdist
+worker's share, and one for a thread that runs a job it waits for); each lives until this
+process ends, in its own session (a terminal's Ctrl-C is for the program), its input and
+output our own pipes, its error output discarded, and serves only the values of the variables
+a compile reads that it was started with (`relevant`).
 
-Where a compile cannot be split as Triton would run it, it is not: a non-NVIDIA target, a
-Gluon kernel, Triton's IR override, dump, `always_compile`, IR locations, store-binary-only
-and stage-inspection knobs, a compilation listener. A process that fails (an error, a crash, a
-Triton that cannot be driven this way) fails only that split: Triton's compile then runs on the
-thread as before, and says what is wrong if anything is. --autotune_compile_in_processes=false
-turns it off.
+Where a compile cannot be split as Triton would run it, it is not: another Triton release than
+those the tests check byte for byte, a non-NVIDIA target, a Gluon kernel, Triton's IR override,
+dump, `always_compile`, IR locations, store-binary-only and stage-inspection knobs, a
+compilation listener, a variable asking a compile for output (`_OUTPUT_RE`). A process that
+fails (an error, a crash, another Triton) fails only that split: Triton's compile then runs on
+the thread as before, and says what is wrong if anything is. --autotune_compile_in_processes=
+false turns it off. (docs/decisions/0036-compiling-in-processes.md)
 """
 
 from __future__ import annotations
@@ -75,32 +78,50 @@ class _Worker:
     """One compile process and its pipes."""
 
     def __init__(self, environment: dict[str, str]) -> None:
-        self.environment = environment  # what it compiles in: the program's when it started
+        self.environment = relevant(environment)  # what it is matched on (see `relevant`)
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, "-I", "-S", str(WORKER)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
             env=environment)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         offload_worker.write(self.proc.stdin, [p for p in sys.path if p])
+        self.greeted = False
+        self.same_triton = True  # until its greeting says otherwise
 
     def ask(self, request: dict[str, Any]) -> Any:
-        """Send one request and wait for its answer (None when the process ended)."""
+        """Send one request and wait for its answer (None when the process ended, or imported
+        another Triton than this process: `same_triton` then says so)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             offload_worker.write(self.proc.stdin, request)
+            if not self.greeted:  # its first message: the Triton it imported
+                self.greeted = True
+                self.same_triton = offload_worker.read(self.proc.stdout) == _own_triton()
+                if not self.same_triton:
+                    return None
             return offload_worker.read(self.proc.stdout)
         except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
             log.debug("autotune_cache: a compile process failed: %s", e)
             return None
 
     def close(self) -> None:
-        """End it: its input closes, and it exits (after a compile in flight); one that has
-        exited already is collected."""
+        """End it: its input closes, and it exits (after a compile in flight)."""
         for pipe in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 if pipe is not None:
                     pipe.close()
-        self.proc.poll()
+
+
+def _own_triton() -> Any:
+    """What a compile process's greeting must say: this process's Triton, by file and version."""
+    import triton
+
+    return ["triton", triton.__file__, triton.__version__]
+
+
+# A compile process that ended or answered nothing this many times in a row: the machine cannot
+# run them (a closed standard error, a broken interpreter); every compile stays on the threads.
+MAX_FAILURES_IN_A_ROW = 3
 
 
 @dataclass
@@ -109,33 +130,35 @@ class _Pool:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: list[_Worker] = field(default_factory=list)
-    started: list[_Worker] = field(default_factory=list)  # every one, for a forked child
+    ended: list[_Worker] = field(default_factory=list)  # closed, not yet collected
+    started: list[_Worker] = field(default_factory=list)  # every live one, for a forked child
     busy: int = 0
     closed: bool = False
     unsupported: str | None = None  # `supported()`'s answer, once asked
+    failures_in_a_row: int = 0
     stats: Stats = field(default_factory=Stats)
 
     def take(self, limit: int, environment: dict[str, str]) -> _Worker | None:
-        """An idle process started in `environment`, else a new one while fewer than `limit`
-        run (an idle one of another environment ended to make room); None at the limit."""
-        stale = None
+        """An idle process started in `environment` (its `relevant` part), else a new one
+        while fewer than `limit` run; the idle ones of another environment are ended (the
+        program changed a variable a compile reads). None at the limit."""
+        wanted = relevant(environment)
         with self.lock:
             if self.closed:
                 return None
-            for i, worker in enumerate(self.idle):
-                if worker.environment == environment:
-                    self.busy += 1
-                    return self.idle.pop(i)
-            if self.busy >= limit:
-                return None
-            if self.busy + len(self.idle) >= limit:
-                stale = self.idle.pop(0)  # the program's environment changed since
-            self.busy += 1
-            if not self.stats.started:
-                atexit.register(self.close)
-            self.stats.started += 1
-        if stale is not None:
-            stale.close()
+            stale = [w for w in self.idle if w.environment != wanted]
+            self.idle = [w for w in self.idle if w.environment == wanted]
+            found = self.idle.pop() if self.idle else None
+            full = found is None and self.busy >= limit
+            if not full:
+                self.busy += 1
+                if found is None:
+                    if not self.stats.started:
+                        atexit.register(self.close)
+                    self.stats.started += 1
+        self._end(stale)
+        if full or found is not None:
+            return found
         try:
             worker = _Worker(environment)
         except OSError as e:
@@ -152,6 +175,20 @@ class _Pool:
         """Add one to a statistic (from any pool thread)."""
         with self.lock:
             vars(self.stats)[what] += 1
+            if what == "split":
+                self.failures_in_a_row = 0
+
+    def failed(self, broken: bool) -> None:
+        """A split failed; `broken`: its process ended or is not usable (several in a row: no
+        more processes in this program)."""
+        with self.lock:
+            self.stats.failed += 1
+            if broken:
+                self.failures_in_a_row += 1
+                if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+                    self.unsupported = "the compile processes keep failing"
+                    log.debug("autotune_cache: compiles stay on the threads: %s",
+                              self.unsupported)
 
     def give(self, worker: _Worker, alive: bool) -> None:
         """Return a process after a request; a failed one is ended instead."""
@@ -160,24 +197,38 @@ class _Pool:
             if alive and not self.closed:
                 self.idle.append(worker)
                 return
-        worker.close()
+        self._end([worker])
+
+    def _end(self, workers: list[_Worker]) -> None:
+        """Close `workers`, and collect those closed earlier that have exited (so none stays
+        a zombie for long; the rest exit after their compile in flight)."""
+        for worker in workers:
+            worker.close()
+        with self.lock:
+            for worker in workers:
+                if worker in self.started:
+                    self.started.remove(worker)
+            self.ended.extend(workers)
+            self.ended = [w for w in self.ended if w.proc.poll() is None]
 
     def forget(self) -> None:
         """In a forked child (process.py): close the copies of the parent's pipes, so that its
-        processes still end when the parent closes them; the child starts its own."""
-        for worker in self.started:
-            for pipe in (worker.proc.stdin, worker.proc.stdout):
-                with contextlib.suppress(OSError, ValueError):
-                    if pipe is not None:
-                        os.close(pipe.fileno())
+        processes still end when the parent closes them, and never touch them again (not even
+        at the child's exit); the child starts its own. Takes no lock: a parent's thread may
+        have held it at the fork."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        self.closed = True
+        for worker in [*self.started, *self.ended]:
+            worker.close()
+        self.idle, self.started, self.ended = [], [], []
 
     def close(self) -> None:
         """End every idle process (interpreter exit); a busy one ends when it is given back."""
         with self.lock:
             self.closed = True
             idle, self.idle = self.idle, []
-        for worker in idle:
-            worker.close()
+        self._end(idle)
 
 
 def failure_reason(error: BaseException) -> str:
@@ -209,6 +260,24 @@ def _limit() -> int:
     if not cache.settings.compile_in_processes:
         return 0
     return env.xdist_share(cache.settings.compile_workers) + 1
+
+
+# The variables a compile may read, by prefix (Triton's knobs and the C++ side's, MLIR's, LLVM's,
+# ptxas's, CUDA's) or by name; a process is reused only while these are unchanged, so that a
+# variable pytest rewrites at every test (PYTEST_CURRENT_TEST) starts no process.
+_COMPILE_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "PTXAS", "CUDA", "NVIDIA_", "AMD",
+                     "ROCM", "HIP")
+_COMPILE_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME",
+                            "CC", "CXX"})
+# Output the user asked a compile for (IR dumps, timings, debug logs) is printed by Triton's own
+# compile on the thread, where the program's output is, not by a compile process.
+_OUTPUT_RE = re.compile(r"DUMP|DEBUG|TIMING|DIAGNOSTIC|REPRODUCER|PRINT|LOG|PROFILE")
+
+
+def relevant(environment: dict[str, str]) -> dict[str, str]:
+    """The part of `environment` a compile can read (what a compile process is matched on)."""
+    return {k: v for k, v in environment.items()
+            if k.startswith(_COMPILE_PREFIXES) or k in _COMPILE_NAMES}
 
 
 # The Triton releases whose `compile` this module's front end and offload_worker.py's back end
@@ -246,8 +315,9 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
             log.debug("autotune_cache: compiles stay on the threads: %s", pool.unsupported)
     if pool.unsupported:
         return False
+    environment = dict(env.environ())  # before the key: the one the process compiles in
     try:
-        front = _front_end(src, target, options)
+        front = _front_end(src, target, options, relevant(environment))
     except Exception as e:  # noqa: BLE001 - Triton's own compile raises it again, as usual
         log.debug("autotune_cache: no split compile of %s: %s", getattr(src, "name", src),
                   failure_reason(e))
@@ -257,43 +327,26 @@ def fill(src: Any, target: Any, options: dict[str, Any]) -> bool:
         pool.count("hits")
         return True
     if isinstance(front, str):
+        log.debug("autotune_cache: no split compile of %s: %s", getattr(src, "name", src),
+                  front)
         pool.count("declined")
         return False
-    worker = pool.take(limit, dict(env.environ()))
+    worker = pool.take(limit, environment)
     if worker is None:
         pool.count("no_process")
         return False
     answer = worker.ask(front.request)
     ok = isinstance(answer, tuple) and answer and answer[0] == "ok"
-    pool.give(worker, alive=answer is not None)
+    pool.give(worker, alive=answer is not None and worker.same_triton)
     if not ok:
         reason = answer[1] if isinstance(answer, tuple) and len(answer) > 1 else "it ended"
         log.debug("autotune_cache: the back end of %s failed in a compile process (%s): "
                   "compiling it here", front.file_name, reason)
-        pool.count("failed")
+        pool.failed(answer is None or not worker.same_triton)
         return False
     front.file(answer[1], answer[2])
     pool.count("split")
     return True
-
-
-def fill_recorded(jit_fn: Any, specialization: str, target: Any = None) -> bool:
-    """`fill` for a recorded specialization (Triton's preload JSON) of `jit_fn`, for `target`
-    (None: the active driver's, which must have started); whether the compile cache now holds
-    it. Never raises."""
-    if _limit() <= 0:
-        return False
-    try:
-        if target is None:
-            from triton.runtime.driver import driver
-
-            target = driver.active.get_current_target()
-        src, options = source_of(jit_fn, specialization, target)
-    except Exception as e:  # noqa: BLE001 - the preload that follows says what is wrong
-        log.debug("autotune_cache: no split compile of a record of %s: %s",
-                  getattr(jit_fn, "__name__", jit_fn), failure_reason(e))
-        return False
-    return fill(src, target, options)
 
 
 def source_of(jit_fn: Any, specialization: str, target: Any) -> tuple[Any, dict[str, Any]]:
@@ -369,9 +422,11 @@ class _Front:
         self.cache.put_group(name, self.group)
 
 
-def _front_end(src: Any, target: Any, options: dict[str, Any]) -> _Front | str | None:
-    """`triton.compile`'s steps up to and including TTIR, for `src`: the back end's request,
-    None when the compile cache has the kernel, or why the compile cannot be split (text)."""
+def _front_end(src: Any, target: Any, options: dict[str, Any], environment: dict[str, str]
+               ) -> _Front | str | None:
+    """`triton.compile`'s steps up to and including TTIR, for `src`, in `environment` (the
+    relevant part of the program's when the split began): the back end's request, None when the
+    compile cache has the kernel, or why the compile cannot be split (text)."""
     from triton import __version__, knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars, ir
     from triton.compiler.compiler import get_cache_key, make_backend
@@ -382,6 +437,11 @@ def _front_end(src: Any, target: Any, options: dict[str, Any]) -> _Front | str |
             or compilation.use_ir_loc or compilation.store_binary_only or compilation.listener
             or getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None):
         return "a Triton knob that changes how a compile runs is set"
+    if not getattr(knobs, "propagate_env", True):
+        return "Triton's knobs set in code are not written to the environment (propagate_env)"
+    asked = sorted(k for k in environment if _OUTPUT_RE.search(k))
+    if asked:
+        return f"{', '.join(asked)} asks the compile for output"
     backend = make_backend(target)
     parsed = backend.parse_options(dict(options or {}, **src.parse_options()))
     if getattr(parsed, "ir_override", None):
@@ -407,6 +467,10 @@ def _front_end(src: Any, target: Any, options: dict[str, Any]) -> _Front | str |
     group = {f"{file_name}.source": cache.put(module, f"{file_name}.source")}
     module = stages["ttir"](module, metadata)
     group[f"{file_name}.ttir"] = cache.put(module, f"{file_name}.ttir")
-    request = {"ttir": str(module), "target": target, "options": dict(parsed.__dict__),
+    if relevant(dict(env.environ())) != environment:
+        return "the environment changed during the front end"
+    # The parsed options themselves: parsed again there, a field left to the backend's default
+    # would take that process's default, set when it imported Triton.
+    request = {"ttir": str(module), "target": target, "options": parsed,
                "metadata": metadata, "language": src.language}
     return _Front(request, file_name, cache, group)

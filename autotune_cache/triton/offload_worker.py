@@ -13,13 +13,13 @@ environment it was started with: the parent's when it asked (Triton reads its kn
 environment, and a knob set in code is written there too), which offload.py keeps equal. Each
 stage's product is taken as text (or bytes) right after the stage, as Triton's cache manager
 stores it: a later stage may rewrite the module in place. Messages are pickles, each behind its
-8-byte length, on standard input and output; the process ends when its input does (the parent
-closed it, or died). What the compiler prints goes to the program's standard error.
+8-byte length, on standard input and output; its first message is a greeting naming the Triton it
+imported (the parent uses it only if it is the parent's own). The process ends when its input
+does (the parent closed it, or died), quietly.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import struct
@@ -56,7 +56,7 @@ def compile_back_end(request: dict[str, Any]) -> tuple[list[tuple[str, Any]], di
 
     target = request["target"]
     backend = make_backend(target)
-    options = backend.parse_options(request["options"])
+    options = request["options"]  # the parent's parsed options, as its compile has them
     metadata = request["metadata"]
     stages: dict[str, Any] = {}
     backend.add_stages(stages, options, request["language"])
@@ -76,25 +76,34 @@ def compile_back_end(request: dict[str, Any]) -> tuple[list[tuple[str, Any]], di
 
 
 def main() -> None:
-    # The replies go out on a copy of standard output; file descriptor 1 itself becomes standard
-    # error (the program's), so what the compiler prints, from Python or from native code (an
-    # MLIR dump the user asked for), reaches the program's error output, never the replies.
+    # The replies go out on a copy of standard output; descriptor 1 itself becomes standard
+    # error (offload.py discards it: the compile Triton runs on the program's thread prints
+    # what a failing compile prints), so nothing the compiler writes can corrupt a reply.
     stdin = sys.stdin.buffer
     stdout = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     sys.path[:] = read(stdin) or sys.path
     # Imported while the parent runs the first front end (on the H100 a fresh process's first
-    # compile took 1.4 s, a warm one's 0.2 s); a failure is the first request's to report.
-    with contextlib.suppress(Exception):
+    # compile took 1.4 s, a warm one's 0.2 s); the greeting says which Triton it is.
+    try:
+        import triton
         import triton.compiler.compiler  # noqa: F401
-    while (request := read(stdin)) is not None:
-        try:
-            products, metadata = compile_back_end(request)
-        except Exception as e:  # noqa: BLE001 - the parent compiles it itself and says why
-            write(stdout, ("error", f"{type(e).__name__}: {e}"[:2000]))
-        else:
-            write(stdout, ("ok", products, metadata))
+
+        greeting: Any = ["triton", triton.__file__, triton.__version__]
+    except Exception as e:  # noqa: BLE001 - the parent then compiles on its threads
+        greeting = ["no triton", f"{type(e).__name__}: {e}"]
+    try:
+        write(stdout, greeting)
+        while (request := read(stdin)) is not None:
+            try:
+                products, metadata = compile_back_end(request)
+            except Exception as e:  # noqa: BLE001 - the parent compiles it itself
+                write(stdout, ("error", f"{type(e).__name__}: {e}"[:2000]))
+            else:
+                write(stdout, ("ok", products, metadata))
+    except OSError:  # the parent is gone (it ended, or was killed): end quietly
+        pass
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune_cache.foundation import compile_helpers
-from autotune_cache.triton import offload
+from autotune_cache.triton import hooks, offload
 from autotune_cache.triton.compile import failure_reason
 
 log = logging.getLogger(__name__)
@@ -76,16 +76,16 @@ def preload_into(jit_fn: Any, specialization: str, compile_cache_only: bool = Fa
     # A compile helper with this specialization in its plan compiles it into the compile cache
     # (foundation/compile_helpers.py): wait for it, and the preload below is a compile-cache hit.
     compile_helpers.settle(specialization)
-    # Its back end in a compile process (offload.py): the preload below is then a compile-cache
-    # hit, and this thread holds the GIL for a tenth of the compile.
-    offload.fill_recorded(jit_fn, specialization)
     local = _local
     local.preloading = True
     try:
         # Compiled here and now, even on a thread inside an AsyncCompileMode (a launch in a
         # candidate's pre_hook that runs a queued preload itself): its FutureKernel would be
         # filed into the JIT function's memory at the mode's end, after `_forget`.
-        with _no_async_compile():
+        # Its back end split off into a compile process (offload.py) from Triton's own hook,
+        # right before Triton's compile, which is then a compile-cache hit: what Triton's
+        # `preload` decoded is what is split, whatever its release.
+        with _no_async_compile(), hooks.recording(_split_now):
             kernel = jit_fn.preload(specialization if apart is None else apart[0])
     except Exception as e:  # a foreign or stale record: the launch compiles as usual
         log.debug("autotune_cache: preloading %s failed: %s",
@@ -116,6 +116,14 @@ def compile_detached(jit_fn: Any, specialization: str, target: Any) -> bool:
     finally:
         local.preloading = False
     return True
+
+
+def _split_now(hook_kwargs: dict[str, Any]) -> None:
+    """The compile Triton is about to start on this thread, its back end in a compile
+    process first (offload.py; a compile not split is Triton's alone, as before)."""
+    split = offload.split_of(hook_kwargs)
+    if split is not None:
+        split()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ Prints one JSON line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -78,6 +79,9 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def identical(split_dir: Path, triton_dir: Path) -> dict[str, object]:
+    # Set after Triton was imported: the options' default for it was read then, in this process
+    # and not in a compile process started now, which must compile with this process's options.
+    os.environ["PTXAS_OPTIONS"] = "-O0"  # changes every cubin
     filled, hits = [], []
     for jit_fn, spec in _records():
         src, options = offload.source_of(jit_fn, spec, TARGET)
@@ -106,7 +110,8 @@ def candidates(on: bool) -> dict[str, object]:
     compiles = compile_candidates(kernels.add_kernel, (x, x, x, 256),
                                   {"grid": None, "warmup": False},
                                   kernels.configs(16, 24, 32, 64), workers=2)
-    cubins = sorted(p.parent.name for p in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
+    cubins = sorted(f"{p.parent.name} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+                    for p in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     return {"failures": sorted(compiles.failures), "specs": sorted(compiles.specs),
             "stats": vars(offload.stats()), "cubins": cubins}
 

@@ -48,7 +48,7 @@ def test_a_split_compile_files_what_triton_files_byte_for_byte(tmp_path):
 def test_a_tunings_candidates_split_through_tritons_hook_and_fail_as_before(tmp_path):
     """compile_candidates on two threads: every candidate's back end runs in a compile process
     (at most one per thread), the candidate whose front end fails (a block of 24: not a power
-    of two) fails as it does without them, and the binaries are the same kernels."""
+    of two) fails as it does without them, and the binaries are the same, byte for byte."""
     on = _probe("candidates", "on", cache_dir=tmp_path / "on")
     off = _probe("candidates", "off", cache_dir=tmp_path / "off")
     assert on["failures"] == off["failures"] == [1]
@@ -161,24 +161,38 @@ def test_a_forked_child_holds_no_pipe_of_the_parents_processes(fresh_pool):
 
 
 def test_a_process_compiles_in_the_environment_the_program_had_when_it_asked(fresh_pool):
-    """Triton reads its knobs from the environment: a process is reused only for the
-    environment it was started in; at the limit, an idle one of another environment makes
-    room for a new one."""
+    """Triton reads its knobs from the environment: a process serves only the variables a
+    compile reads as they were when it started; a change ends the idle ones of the old values.
+    A variable no compile reads (pytest's PYTEST_CURRENT_TEST, rewritten at every test) starts
+    no process."""
     pool = offload._pool()
-    before = {**os.environ, "TRITON_DEBUG": "0"}
-    after = {**before, "TRITON_DEBUG": "1"}  # a fixture set a knob since
+    before = {**os.environ, "TRITON_DEBUG": "0", "PYTEST_CURRENT_TEST": "a.py::t (setup)"}
     first = pool.take(2, before)
-    assert first is not None and first.environment == before
+    assert first is not None and first.environment == offload.relevant(before)
+    assert "PYTEST_CURRENT_TEST" not in first.environment
     pool.give(first, alive=True)
-    second = pool.take(2, after)
-    assert second is not None and second is not first and second.environment == after
+    assert pool.take(2, {**before, "PYTEST_CURRENT_TEST": "a.py::t (call)"}) is first
+    pool.give(first, alive=True)
+    second = pool.take(2, {**before, "TRITON_DEBUG": "1"})  # a fixture set a knob since
+    assert second is not None and second is not first
+    assert first.proc.wait(timeout=60) == 0  # the idle one of the old value was ended
     pool.give(second, alive=True)
-    assert pool.take(2, before) is first  # each environment its own
-    third = pool.take(2, {**before, "TRITON_DEBUG": "2"})  # at the limit: `second` made room
-    assert third is not None and third not in (first, second)
-    assert second.proc.wait(timeout=60) == 0 and pool.stats.started == 3
-    pool.give(first, alive=True)
-    pool.give(third, alive=True)
+    assert pool.stats.started == 2 and pool.idle == [second]
+
+
+def test_what_a_compile_reads_and_what_asks_it_for_output():
+    """The variables a process is matched on, and those that ask a compile to print (an IR
+    dump, timings, a debug log), which keep that compile on the program's thread, where its
+    output is."""
+    assert offload.relevant({"TRITON_CACHE_DIR": "c", "PTXAS_OPTIONS": "-v", "PATH": "p",
+                             "PYTEST_CURRENT_TEST": "t", "HOSTNAME": "h"}) == {
+        "TRITON_CACHE_DIR": "c", "PTXAS_OPTIONS": "-v", "PATH": "p"}
+    for name in ("MLIR_ENABLE_DUMP", "LLVM_IR_ENABLE_DUMP", "TRITON_KERNEL_DUMP",
+                 "NVPTX_ENABLE_DUMP", "MLIR_ENABLE_TIMING", "TRITON_LLVM_DEBUG_ONLY",
+                 "MLIR_ENABLE_DIAGNOSTICS", "TRITON_DUMP_PTXAS_LOG"):
+        assert offload._OUTPUT_RE.search(name), name
+    for name in ("TRITON_CACHE_DIR", "PTXAS_OPTIONS", "TRITON_HOME", "CUDA_VISIBLE_DEVICES"):
+        assert not offload._OUTPUT_RE.search(name), name
 
 
 def test_only_the_checked_triton_releases_and_a_real_interpreter_split(monkeypatch):
@@ -199,15 +213,16 @@ def test_only_the_checked_triton_releases_and_a_real_interpreter_split(monkeypat
     assert offload.supported() is None
 
 
-def test_what_the_compiler_prints_reaches_the_programs_error_output(fresh_pool):
-    """Native or Python output of the compile process (an MLIR dump the user asked for) goes to
-    the program's standard error: its descriptor 1 is the program's descriptor 2, and the
-    replies travel on a copy of the pipe."""
+def test_nothing_a_compile_process_prints_reaches_the_replies_or_the_program(fresh_pool):
+    """Descriptor 1 of a compile process is its standard error, discarded (a failing compile
+    prints on the program's thread, where Triton compiles it again); the replies travel on a
+    copy of the pipe; its first message names the Triton it imported, the program's."""
     worker = offload._Worker(dict(os.environ))
     try:
         assert worker.ask({"ttir": "not mlir"})[0] == "error"  # past its set-up
+        assert worker.same_triton
         fds = f"/proc/{worker.proc.pid}/fd"
-        assert os.readlink(f"{fds}/1") == os.readlink(f"{fds}/2") == os.readlink("/proc/self/fd/2")
+        assert os.readlink(f"{fds}/1") == os.readlink(f"{fds}/2") == "/dev/null"
     finally:
         worker.close()
         worker.proc.wait(timeout=60)
