@@ -3,7 +3,7 @@
 (autotune_cache/triton/offload.py) or not.
 
     python -m tests.triton.offload_probe identical DIR_SPLIT DIR_TRITON
-    python -m tests.triton.offload_probe candidates on|off
+    python -m tests.triton.offload_probe candidates on|off [queued]
 
 Prints one JSON line.
 """
@@ -101,15 +101,22 @@ def identical(split_dir: Path, triton_dir: Path) -> dict[str, object]:
             "exts": sorted({n.rsplit(".", 1)[-1] for n in split})}
 
 
-def candidates(on: bool) -> dict[str, object]:
+def candidates(on: bool, queued: bool = False) -> dict[str, object]:
+    """A tuning's candidates compiled at once (compile_candidates) or `queued` for a dump run's
+    end (queue_candidates, then waited for as deferred.py does)."""
     from autotune_cache.cache import configure
     from autotune_cache.config.flags import Settings
+    from autotune_cache.triton.compile import queue_candidates
 
     configure(Settings(compile_in_processes=on, compile_workers=2))
     x = torch.empty(256)
-    compiles = compile_candidates(kernels.add_kernel, (x, x, x, 256),
-                                  {"grid": None, "warmup": False},
-                                  kernels.configs(16, 24, 32, 64), workers=2)
+    args, kwargs = (x, x, x, 256), {"grid": None, "warmup": False}
+    configs = kernels.configs(16, 24, 32, 64)
+    if queued:
+        compiles = queue_candidates(kernels.add_kernel, args, kwargs, configs,
+                                    workers=2).wait(range(len(configs)))
+    else:
+        compiles = compile_candidates(kernels.add_kernel, args, kwargs, configs, workers=2)
     cubins = sorted(f"{p.parent.name} {hashlib.sha256(p.read_bytes()).hexdigest()}"
                     for p in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     return {"failures": sorted(compiles.failures), "specs": sorted(compiles.specs),
@@ -121,7 +128,7 @@ def main() -> None:
     if sys.argv[1] == "identical":
         out = identical(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
-        out = candidates(sys.argv[2] == "on")
+        out = candidates(sys.argv[2] == "on", queued=sys.argv[3:] == ["queued"])
     print(json.dumps(out))
 
 

@@ -60,6 +60,17 @@ def test_a_tunings_candidates_split_through_tritons_hook_and_fail_as_before(tmp_
                             "started": 0}
 
 
+def test_a_dump_runs_queued_candidates_split_the_same_way(tmp_path):
+    """queue_candidates (a dump run's tunings, compiled while its tests go on and waited for at
+    its end) goes through the same hook and lane: the same splits, failures and binaries."""
+    queued = _probe("candidates", "on", "queued", cache_dir=tmp_path / "queued")
+    at_once = _probe("candidates", "off", cache_dir=tmp_path / "off")
+    assert queued["failures"] == at_once["failures"] == [1]
+    assert queued["specs"] == at_once["specs"] == [0, 1, 2, 3]
+    assert queued["cubins"] == at_once["cubins"] and len(queued["cubins"]) == 3
+    assert queued["stats"]["split"] == 3 and queued["stats"]["declined"] == 1
+
+
 @pytest.fixture
 def fresh_pool(monkeypatch):
     """This process's compile processes, made again for the test and ended after it, and no
