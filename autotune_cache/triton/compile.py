@@ -152,8 +152,7 @@ def recording_specializations(specs: dict[int, str], lane: Lane | None = None
         data = (kw.get("compile") or {}).get("specialization_data")
         if data and current[0] >= 0:
             specs[current[0]] = portable_specialization(data)
-            split = None if lane is None else offload.split_of(kw)
-            if split is not None and lane is not None:
+            if lane is not None and (split := offload.split_of(kw)) is not None:
                 lane.first[current[0]] = split
 
     with hooks.recording(record):

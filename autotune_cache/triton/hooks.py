@@ -6,12 +6,13 @@ made before that):
 
 - **`knobs.runtime.jit_cache_hook`**, Triton's own extension point for "a compile is about to
   start": one dispatcher, ours, chained in front of the hook that was set before it. It is
-  installed when the process cache loads or dumps results (plain-kernel warm-ups, warmups.py) or
-  when a tuning records its candidates' specialization data (compile.py). For each compile it
+  installed when the process cache loads or dumps results (plain-kernel warm-ups, warmups.py),
+  when a tuning records its candidates' specialization data (compile.py) or when a loaded winner
+  compiled ahead splits its back end off (preload_job.py, offload.py). For each compile it
   calls the recorder of the calling thread, if any (`recording`), then the warm-up listener, if
   any (`set_compile_listener`), then the previous hook, whose answer (skip the compile or not)
   is returned. A hook the program sets after ours replaces it, as Triton's knob always does,
-  until the next tuning chains ours in front of it again.
+  until the next tuning or compile ahead chains ours in front of it again.
 - **`Autotuner.__init__`, `run`, `_bench` and the `do_bench` property** of Triton's class:
   wrapped (classroute.py) when the switch (`--autotune_all_kernels`, routing.install) or strict
   mode (`--require_complete_autotune_results`) asks for it, never otherwise.

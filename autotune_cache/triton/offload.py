@@ -367,15 +367,20 @@ def source_of(jit_fn: Any, specialization: str, target: Any) -> tuple[Any, dict[
         for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)}
     attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"], strict=True))
     signature = {key: tuples(value) for key, value in data["signature"].items()}
-    options = {key: tuple(value) if isinstance(value, list) else value
-               for key, value in data["options"].items()}
-    parsed = make_backend(target).parse_options(options)
+    parsed = make_backend(target).parse_options(_options_of(data))
     return ASTSource(jit_fn, signature, constexprs, attrs), dict(parsed.__dict__)
 
 
 def tuples(value: Any) -> Any:
     """JSON's lists back to the tuples Triton's signatures hold (as `JITFunction.preload`)."""
     return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _options_of(data: dict[str, Any]) -> dict[str, Any]:
+    """A specialization record's options, its lists back to tuples (as `JITFunction.preload`
+    reads them), not parsed by a backend yet."""
+    return {key: tuple(value) if isinstance(value, list) else value
+            for key, value in data["options"].items()}
 
 
 def split_of(hook_kwargs: dict[str, Any]) -> Callable[[], bool] | None:
@@ -391,9 +396,7 @@ def split_of(hook_kwargs: dict[str, Any]) -> Callable[[], bool] | None:
 
         compile_args = hook_kwargs["compile"]
         jit_fn = hook_kwargs["fn"].jit_function
-        data = json.loads(compile_args["specialization_data"])
-        options = {key: tuple(value) if isinstance(value, list) else value
-                   for key, value in data["options"].items()}
+        options = _options_of(json.loads(compile_args["specialization_data"]))
         target = driver.active.get_current_target()
         src = ASTSource(jit_fn, compile_args["signature"], compile_args["constants"],
                         compile_args["configs"][0])
